@@ -1,0 +1,303 @@
+//! A small 2026-07-28 MCP client over Streamable HTTP, for the demo, tests and load tools.
+//!
+//! It sends one JSON-RPC request per POST with the required headers and `_meta`, accepts a
+//! JSON or SSE answer, and can drive the MRTR loop with a caller-supplied answerer. It is
+//! deliberately explicit: every exchange is returned whole (status, notifications, final
+//! message), so tests can check each round's shape.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Map, Value, json};
+
+use crate::legacy::sse::SseDecoder;
+use crate::protocol::meta::{CLIENT_CAPABILITIES, CLIENT_INFO, PROTOCOL_VERSION};
+use crate::protocol::{MODERN_VERSION, header_value};
+
+/// One HTTP exchange with the gateway.
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    /// Whether the answer came as an SSE stream.
+    pub streamed: bool,
+    /// Notifications that came before the final message (SSE only).
+    pub notifications: Vec<Value>,
+    /// The final JSON-RPC message, if the body held one.
+    pub message: Option<Value>,
+    pub raw_body: Bytes,
+}
+
+impl Exchange {
+    pub fn result(&self) -> Option<&Value> {
+        self.message.as_ref().and_then(|m| m.get("result"))
+    }
+
+    pub fn error(&self) -> Option<&Value> {
+        self.message.as_ref().and_then(|m| m.get("error"))
+    }
+
+    pub fn error_code(&self) -> Option<i64> {
+        self.error()
+            .and_then(|e| e.get("code"))
+            .and_then(Value::as_i64)
+    }
+
+    pub fn result_type(&self) -> Option<&str> {
+        self.result()
+            .and_then(|r| r.get("resultType"))
+            .and_then(Value::as_str)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("HTTP: {0}")]
+    Http(String),
+    #[error("timed out")]
+    Timeout,
+    #[error("the server broke the protocol: {0}")]
+    Protocol(String),
+    #[error("MRTR loop exceeded {0} rounds")]
+    TooManyRounds(u32),
+    #[error("the answerer refused: {0}")]
+    Answerer(String),
+}
+
+pub struct ModernClient {
+    http: Client<HttpConnector, Full<Bytes>>,
+    url: http::Uri,
+    next_id: std::sync::atomic::AtomicI64,
+    pub capabilities: Value,
+    pub timeout: Duration,
+    /// Extra headers for every request (e.g. `Authorization`).
+    pub headers: HeaderMap,
+}
+
+/// Answers one `inputRequests` entry: `(key, request) -> response`.
+pub type Answerer<'a> = dyn FnMut(&str, &Value) -> Result<Value, String> + Send + 'a;
+
+/// What one MRTR round looked like, for the demo's printout and for tests.
+#[derive(Debug, Clone)]
+pub struct Round {
+    pub input_requests: Map<String, Value>,
+    pub request_state_len: usize,
+    pub exchange: Exchange,
+}
+
+impl ModernClient {
+    pub fn new(url: &str) -> ModernClient {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        ModernClient {
+            http: Client::builder(TokioExecutor::new()).build(connector),
+            url: url.parse().expect("a valid URL"),
+            next_id: std::sync::atomic::AtomicI64::new(1),
+            capabilities: json!({"elicitation": {"form": {}}, "sampling": {}, "roots": {}}),
+            timeout: Duration::from_secs(30),
+            headers: HeaderMap::new(),
+        }
+    }
+
+    pub fn with_capabilities(mut self, caps: Value) -> Self {
+        self.capabilities = caps;
+        self
+    }
+
+    pub fn next_id(&self) -> i64 {
+        self.next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Builds `params` with the required `_meta` merged in.
+    pub fn params_with_meta(&self, params: Value) -> Value {
+        let mut p = params.as_object().cloned().unwrap_or_default();
+        let meta = p
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()))
+            .as_object_mut()
+            .expect("_meta is an object");
+        meta.entry(PROTOCOL_VERSION)
+            .or_insert(json!(MODERN_VERSION));
+        meta.entry(CLIENT_CAPABILITIES)
+            .or_insert(self.capabilities.clone());
+        meta.entry(CLIENT_INFO).or_insert(
+            json!({"name": "mrtr-gateway-client", "version": env!("CARGO_PKG_VERSION")}),
+        );
+        Value::Object(p)
+    }
+
+    /// The routing headers a conforming client sends for `body`.
+    pub fn routing_headers(body: &Value) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        let method = body
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        h.insert(
+            HeaderName::from_static("mcp-protocol-version"),
+            HeaderValue::from_static(MODERN_VERSION),
+        );
+        if let Ok(v) = HeaderValue::from_str(method) {
+            h.insert(HeaderName::from_static("mcp-method"), v);
+        }
+        let member = match method {
+            "tools/call" | "prompts/get" => Some("name"),
+            "resources/read" => Some("uri"),
+            _ => None,
+        };
+        if let Some(name) = member
+            .and_then(|m| body.pointer(&format!("/params/{m}")))
+            .and_then(Value::as_str)
+            && let Ok(v) = HeaderValue::from_str(&header_value::encode(name))
+        {
+            h.insert(HeaderName::from_static("mcp-name"), v);
+        }
+        h
+    }
+
+    /// Sends a request built from `method` and `params` (with `_meta` added).
+    pub async fn request(&self, method: &str, params: Value) -> Result<Exchange, ClientError> {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": self.next_id(),
+            "method": method,
+            "params": self.params_with_meta(params),
+        });
+        let headers = Self::routing_headers(&body);
+        self.send_raw(
+            Method::POST,
+            headers,
+            serde_json::to_vec(&body).expect("serializes").into(),
+        )
+        .await
+    }
+
+    /// Sends any bytes with any headers (plus content type / accept / client headers).
+    pub async fn send_raw(
+        &self,
+        method: Method,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<Exchange, ClientError> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(self.url.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(Full::new(body))
+            .expect("valid request");
+        for (k, v) in &self.headers {
+            req.headers_mut().insert(k.clone(), v.clone());
+        }
+        for (k, v) in &headers {
+            req.headers_mut().insert(k.clone(), v.clone());
+        }
+        let fut = async {
+            let resp = self
+                .http
+                .request(req)
+                .await
+                .map_err(|e| ClientError::Http(e.to_string()))?;
+            let status = resp.status();
+            let headers = resp.headers().clone();
+            let streamed = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+            let raw_body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| ClientError::Http(e.to_string()))?
+                .to_bytes();
+            let mut notifications = Vec::new();
+            let mut message = None;
+            if streamed {
+                let mut dec = SseDecoder::new(64 << 20, 1 << 30);
+                let mut events = Vec::new();
+                dec.feed(&raw_body, &mut events)
+                    .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                dec.feed(b"\n\n", &mut events)
+                    .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                for ev in events {
+                    if ev.data.is_empty() {
+                        continue;
+                    }
+                    let v: Value = serde_json::from_str(&ev.data)
+                        .map_err(|e| ClientError::Protocol(format!("bad SSE JSON: {e}")))?;
+                    if v.get("id").is_some() && v.get("method").is_none() {
+                        message = Some(v);
+                    } else {
+                        notifications.push(v);
+                    }
+                }
+            } else if !raw_body.is_empty() {
+                message = serde_json::from_slice(&raw_body).ok();
+            }
+            Ok(Exchange {
+                status,
+                headers,
+                streamed,
+                notifications,
+                message,
+                raw_body,
+            })
+        };
+        tokio::time::timeout(self.timeout, fut)
+            .await
+            .map_err(|_| ClientError::Timeout)?
+    }
+
+    /// Drives a `tools/call` / `prompts/get` / `resources/read` through its rounds, answering
+    /// every input request with `answer`. Returns each round and the final exchange.
+    pub async fn call_with_input(
+        &self,
+        method: &str,
+        params: Value,
+        answer: &mut Answerer<'_>,
+        max_rounds: u32,
+    ) -> Result<(Vec<Round>, Exchange), ClientError> {
+        let mut rounds = Vec::new();
+        let mut ex = self.request(method, params.clone()).await?;
+        loop {
+            if ex.result_type() != Some("input_required") {
+                return Ok((rounds, ex));
+            }
+            if rounds.len() as u32 >= max_rounds {
+                return Err(ClientError::TooManyRounds(max_rounds));
+            }
+            let result = ex.result().cloned().unwrap_or_default();
+            let input_requests = result
+                .get("inputRequests")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let state = result
+                .get("requestState")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            let mut responses = Map::new();
+            for (key, req) in &input_requests {
+                let resp = answer(key, req).map_err(ClientError::Answerer)?;
+                responses.insert(key.clone(), resp);
+            }
+            rounds.push(Round {
+                input_requests,
+                request_state_len: state.as_ref().map_or(0, String::len),
+                exchange: ex,
+            });
+            let mut retry = params.as_object().cloned().unwrap_or_default();
+            retry.insert("inputResponses".into(), Value::Object(responses));
+            if let Some(s) = state {
+                retry.insert("requestState".into(), Value::from(s));
+            }
+            ex = self.request(method, Value::Object(retry)).await?;
+        }
+    }
+}

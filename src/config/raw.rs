@@ -1,0 +1,172 @@
+//! The TOML file as written by operators: every key, with serde defaults, unknown keys refused.
+//!
+//! Nothing here is validated beyond its TOML type; [`super::Config::from_raw`] turns this into
+//! the typed configuration (parsed addresses, durations, loaded keys) and names the key of
+//! anything wrong. `config/gateway.toml` documents each key with its default.
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub listen: RawListen,
+    #[serde(default)]
+    pub upstream: RawUpstream,
+    #[serde(default)]
+    pub state: RawState,
+    #[serde(default)]
+    pub mrtr: RawMrtr,
+    #[serde(default)]
+    pub discover: RawDiscover,
+    #[serde(default)]
+    pub caching: RawCaching,
+    #[serde(default)]
+    pub log: RawLog,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawListen {
+    pub addr: String,
+    pub path: String,
+    pub max_body_bytes: u64,
+}
+
+impl Default for RawListen {
+    fn default() -> Self {
+        RawListen {
+            addr: "127.0.0.1:8080".into(),
+            path: "/mcp".into(),
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawUpstream {
+    pub url: String,
+    pub protocol_version: String,
+    pub connect_timeout: String,
+    pub response_timeout: String,
+    pub idle_timeout: String,
+    pub call_timeout: String,
+    pub max_event_bytes: u64,
+    pub max_stream_bytes: u64,
+    pub client_name: String,
+}
+
+impl Default for RawUpstream {
+    fn default() -> Self {
+        RawUpstream {
+            url: "http://127.0.0.1:9001/mcp".into(),
+            protocol_version: "2025-11-25".into(),
+            connect_timeout: "5s".into(),
+            response_timeout: "30s".into(),
+            idle_timeout: "5m".into(),
+            call_timeout: "10m".into(),
+            max_event_bytes: 4 * 1024 * 1024,
+            max_stream_bytes: 64 * 1024 * 1024,
+            client_name: "mrtr-gateway".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawState {
+    pub ttl: String,
+    pub max_bytes: u64,
+    pub max_rounds: u32,
+    pub keys: Vec<RawStateKey>,
+}
+
+impl Default for RawState {
+    fn default() -> Self {
+        RawState {
+            ttl: "10m".into(),
+            max_bytes: 65536,
+            max_rounds: 16,
+            keys: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct RawStateKey {
+    pub id: String,
+    #[serde(default)]
+    pub secret: Option<String>,
+    #[serde(default)]
+    pub secret_file: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawMrtr {
+    pub gather_window: String,
+}
+
+impl Default for RawMrtr {
+    fn default() -> Self {
+        RawMrtr {
+            gather_window: "100ms".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawDiscover {
+    pub refresh: String,
+}
+
+impl Default for RawDiscover {
+    fn default() -> Self {
+        RawDiscover {
+            refresh: "5m".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawCaching {
+    pub discover_ttl: String,
+    pub discover_scope: String,
+    pub list_ttl: String,
+    pub list_scope: String,
+    pub read_ttl: String,
+    pub read_scope: String,
+}
+
+impl Default for RawCaching {
+    fn default() -> Self {
+        RawCaching {
+            discover_ttl: "5m".into(),
+            discover_scope: "public".into(),
+            list_ttl: "1m".into(),
+            list_scope: "private".into(),
+            read_ttl: "0s".into(),
+            read_scope: "private".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLog {
+    pub level: String,
+    pub format: String,
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        RawLog {
+            level: "info".into(),
+            format: "json".into(),
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! The request path for the modern MCP endpoint, phase by phase.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use serde_json::Value;
+
+use super::ingress::{self, Parsed};
+use super::respond::{self, Body};
+use crate::error::Rejection;
+use crate::gateway::Gateway;
+use crate::metrics::method_label;
+use crate::mrtr::engine::{self, Call};
+use crate::protocol::methods::{Route, required_server_capability, route};
+use crate::translate;
+
+/// Counts a request in the "active" gauge for as long as it lives.
+struct ActiveGuard(prometheus::IntGauge);
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+fn record(gw: &Gateway, method: &str, outcome: &Result<Value, Rejection>) {
+    let kind = match outcome {
+        Ok(r) if r.get("resultType").and_then(Value::as_str) == Some("input_required") => {
+            "input_required"
+        }
+        Ok(_) => "complete",
+        Err(rej) => {
+            gw.metrics
+                .rejections
+                .with_label_values(&[rej.reason, rej.fault.as_str()])
+                .inc();
+            "error"
+        }
+    };
+    gw.metrics
+        .requests
+        .with_label_values(&[method_label(method), kind])
+        .inc();
+}
+
+fn refuse(gw: &Gateway, method: &str, id: Option<&Value>, rej: Rejection) -> Response<Body> {
+    let response = respond::rejection(id, &rej);
+    record(gw, method, &Err(rej));
+    response
+}
+
+fn accepts_sse(headers: &HeaderMap) -> bool {
+    match headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
+        None => true,
+        Some(a) => a.contains("text/event-stream") || a.contains("*/*"),
+    }
+}
+
+/// Serves one HTTP request on the gateway's listener.
+pub async fn handle(
+    gw: Arc<Gateway>,
+    req: Request<hyper::body::Incoming>,
+    _peer: SocketAddr,
+) -> Response<Body> {
+    gw.metrics.active_requests.inc();
+    let _active = ActiveGuard(gw.metrics.active_requests.clone());
+
+    // Phase 1: the endpoint. Only `listen.path`, only POST (2026-07-28 has no GET stream and
+    // no sessions to DELETE).
+    if req.uri().path() != gw.config.listen.path {
+        let rej = Rejection::new(
+            StatusCode::NOT_FOUND,
+            crate::jsonrpc::codes::INVALID_REQUEST,
+            format!("no MCP endpoint here; it is at {}", gw.config.listen.path),
+            crate::error::Fault::Client,
+            "wrong_path",
+        );
+        return refuse(&gw, "other", None, rej);
+    }
+    if req.method() != Method::POST {
+        let rej = Rejection::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            crate::jsonrpc::codes::INVALID_REQUEST,
+            "this MCP endpoint accepts POST only (2026-07-28 has no GET stream and no sessions)",
+            crate::error::Fault::Client,
+            "method_not_allowed",
+        )
+        .with_header(header::ALLOW, "POST");
+        return refuse(&gw, "other", None, rej);
+    }
+
+    // Phase 2: the body, within its size limit.
+    let (parts, body) = req.into_parts();
+    let limit = gw.config.listen.max_body_bytes;
+    let bytes: Bytes = match Limited::new(body, limit).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            gw.metrics
+                .limit_hits
+                .with_label_values(&["max_body_bytes"])
+                .inc();
+            let rej = Rejection::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                crate::jsonrpc::codes::INVALID_REQUEST,
+                format!("the request body exceeds listen.max_body_bytes ({limit} bytes)"),
+                crate::error::Fault::Client,
+                "body_too_large",
+            );
+            return refuse(&gw, "other", None, rej);
+        }
+        Err(e) => {
+            let rej = Rejection::invalid_request(format!("could not read the request body: {e}"));
+            return refuse(&gw, "other", None, rej);
+        }
+    };
+
+    // Phase 3: JSON-RPC envelope, then headers / version / _meta in the spec's order.
+    let env = match ingress::parse_envelope(&bytes) {
+        Ok(Parsed::Request(env)) => env,
+        Ok(Parsed::Notification) => return respond::empty(StatusCode::ACCEPTED),
+        Err(refused) => {
+            let (id, rej) = *refused;
+            return refuse(&gw, "other", id.as_ref(), rej);
+        }
+    };
+    let meta = match ingress::validate(&parts.headers, &env) {
+        Ok(m) => m,
+        Err(rej) => return refuse(&gw, &env.method, Some(&env.id), rej),
+    };
+
+    // Phase 4: routing. Removed and unknown methods, and methods the legacy server does not
+    // offer, are "not found".
+    let r = route(&env.method);
+    if matches!(r, Route::NotFound | Route::Listen) {
+        return refuse(
+            &gw,
+            &env.method,
+            Some(&env.id),
+            Rejection::method_not_found(&env.method),
+        );
+    }
+    let snapshot = match gw.discover.get(&gw).await {
+        Ok(s) => s,
+        Err(rej) => return refuse(&gw, &env.method, Some(&env.id), rej),
+    };
+    if let Some(cap) = required_server_capability(&env.method)
+        && snapshot
+            .init
+            .pointer(&format!("/capabilities/{cap}"))
+            .is_none()
+    {
+        return refuse(
+            &gw,
+            &env.method,
+            Some(&env.id),
+            Rejection::method_not_found(&env.method),
+        );
+    }
+    if r == Route::Discover {
+        let result = translate::discover(&snapshot.init, gw.config.caching.discover, false);
+        let response = respond::json(
+            StatusCode::OK,
+            &crate::jsonrpc::result_response(&env.id, result.clone()),
+        );
+        record(&gw, &env.method, &Ok(result));
+        return response;
+    }
+
+    // Phase 5: serve through a legacy session; stream notifications if any come first.
+    let call = Call {
+        id: env.id.clone(),
+        method: env.method.clone(),
+        params: env
+            .params
+            .clone()
+            .unwrap_or_else(|| Value::Object(Default::default())),
+        meta,
+        principal: "anonymous".to_string(),
+        upstream_headers: upstream_headers(&parts.headers),
+    };
+    let sse = accepts_sse(&parts.headers);
+    let gw_work = gw.clone();
+    let gw_done = gw.clone();
+    let method = env.method.clone();
+    respond::run(
+        env.id,
+        sse,
+        move |sink, cancel| async move { engine::serve(&gw_work, &call, &sink, &cancel).await },
+        move |outcome| record(&gw_done, &method, outcome),
+    )
+    .await
+}
+
+/// Headers passed on to the legacy server: W3C trace context only (credentials are a
+/// separate, configured decision).
+fn upstream_headers(h: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for name in ["traceparent", "tracestate", "baggage"] {
+        if let Some(v) = h.get(name) {
+            out.insert(http::HeaderName::from_static(name), v.clone());
+        }
+    }
+    out
+}

@@ -1,0 +1,91 @@
+//! The gateway's shared state: configuration, upstream client, state codec, caches, metrics.
+
+use std::sync::Arc;
+
+use http::HeaderMap;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::config::Config;
+use crate::discover::DiscoverCache;
+use crate::error::Rejection;
+use crate::legacy::http::{HttpError, UpstreamHttp};
+use crate::legacy::session::{Inbound, LegacySession, SessionError};
+use crate::metrics::Metrics;
+use crate::state::StateCodec;
+
+pub struct Gateway {
+    pub config: Config,
+    pub http: Arc<UpstreamHttp>,
+    pub codec: StateCodec,
+    pub discover: DiscoverCache,
+    pub metrics: Metrics,
+    /// This process's identity among replicas (logs, metrics, parking references).
+    pub instance_id: String,
+}
+
+/// A random instance id: 8 bytes, hex.
+pub fn random_instance_id() -> String {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).expect("the OS random source failed");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl Gateway {
+    pub fn new(config: Config) -> Arc<Gateway> {
+        let instance_id = random_instance_id();
+        Arc::new(Gateway {
+            http: Arc::new(UpstreamHttp::new(&config.upstream)),
+            codec: StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes),
+            discover: DiscoverCache::new(config.discover.refresh),
+            metrics: Metrics::new(&instance_id),
+            instance_id,
+            config,
+        })
+    }
+
+    /// Opens a legacy session declaring `capabilities` (legacy shape).
+    pub async fn open_session(
+        &self,
+        capabilities: Value,
+        headers: HeaderMap,
+    ) -> Result<(LegacySession, mpsc::Receiver<Inbound>), Rejection> {
+        match LegacySession::open(self.http.clone(), capabilities, headers).await {
+            Ok((mut session, rx)) => {
+                self.metrics.legacy_sessions_opened.inc();
+                session.track_with(self.metrics.legacy_sessions_active.clone());
+                self.discover.observe(&session.init_result);
+                Ok((session, rx))
+            }
+            Err(e) => {
+                let rej = session_rejection(&e);
+                self.metrics
+                    .legacy_sessions_failed
+                    .with_label_values(&[rej.reason])
+                    .inc();
+                Err(rej)
+            }
+        }
+    }
+}
+
+/// How a legacy-session failure is reported to the modern client.
+pub fn session_rejection(e: &SessionError) -> Rejection {
+    match e {
+        SessionError::Http(HttpError::Timeout(_)) => {
+            Rejection::upstream_timeout(e.to_string(), "upstream_timeout")
+        }
+        SessionError::Http(HttpError::Connect(_)) => {
+            Rejection::upstream(e.to_string(), "upstream_unreachable")
+        }
+        SessionError::Http(HttpError::TooLarge(_)) => {
+            Rejection::upstream(e.to_string(), "upstream_too_large")
+        }
+        SessionError::Http(_) => Rejection::upstream(e.to_string(), "upstream_http_error"),
+        SessionError::Initialize(_) => {
+            Rejection::upstream(e.to_string(), "upstream_initialize_failed")
+        }
+        SessionError::Expired => Rejection::upstream(e.to_string(), "upstream_session_expired"),
+        SessionError::Protocol(_) => Rejection::upstream(e.to_string(), "upstream_protocol_error"),
+    }
+}

@@ -1,0 +1,21 @@
+//! mrtr-gateway: a stateless MCP 2026-07-28 front for legacy MCP servers.
+//!
+//! See `docs/architecture.md` for how the parts fit together.
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod commands;
+pub mod config;
+pub mod discover;
+pub mod error;
+pub mod front;
+pub mod gateway;
+pub mod jsonrpc;
+pub mod legacy;
+pub mod legacy_server;
+pub mod metrics;
+pub mod mrtr;
+pub mod protocol;
+pub mod state;
+pub mod telemetry;
+pub mod translate;

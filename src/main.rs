@@ -1,0 +1,91 @@
+//! The `mrtr-gateway` binary: parse the command line, load configuration, start logging,
+//! and hand over to the library.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use mrtr_gateway::commands::{self, EXIT_CONFIG};
+use mrtr_gateway::config::Config;
+
+#[derive(Parser)]
+#[command(
+    name = "mrtr-gateway",
+    version,
+    about = "A stateless MCP 2026-07-28 gateway for legacy MCP servers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve {
+        /// The TOML configuration file.
+        #[arg(long, env = "MRTR_GATEWAY_CONFIG")]
+        config: PathBuf,
+    },
+    /// Run a built-in legacy server, the gateway and a scripted client through a multi-round flow.
+    Demo,
+    /// Print a fresh state key as a `[[state.keys]]` TOML entry.
+    Keygen,
+    /// Validate a configuration file (exit 0), or name the bad key (exit 64).
+    CheckConfig {
+        #[arg(long, env = "MRTR_GATEWAY_CONFIG")]
+        config: PathBuf,
+    },
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime starts")
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Keygen => {
+            print!("{}", commands::keygen::new_key_toml());
+            ExitCode::SUCCESS
+        }
+        Command::CheckConfig { config } => match commands::check_config::check(&config) {
+            Ok(summary) => {
+                println!("{summary}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", config.display());
+                ExitCode::from(EXIT_CONFIG as u8)
+            }
+        },
+        Command::Serve { config: path } => {
+            let config = match Config::load(&path) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{}: {e}", path.display());
+                    return ExitCode::from(EXIT_CONFIG as u8);
+                }
+            };
+            mrtr_gateway::telemetry::init(&config.log.level, config.log.format);
+            match runtime().block_on(commands::serve::run(config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("mrtr-gateway: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Demo => match runtime().block_on(commands::demo::run()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("demo failed: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

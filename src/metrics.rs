@@ -1,0 +1,188 @@
+//! Prometheus metrics, owned by the gateway (no process-global registry).
+//!
+//! Every metric is listed, with its labels, in `docs/metrics.md`. Label values are bounded:
+//! methods are the modern method names the gateway routes (anything else is counted as
+//! `other`), reasons are the fixed `Rejection::reason` strings.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
+};
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub requests: IntCounterVec,
+    pub rejections: IntCounterVec,
+    pub input_required: IntCounterVec,
+    pub retries: IntCounterVec,
+    pub state_seals: IntCounterVec,
+    pub state_opens: IntCounterVec,
+    pub state_bytes: Histogram,
+    pub legacy_sessions_opened: IntCounter,
+    pub legacy_sessions_failed: IntCounterVec,
+    pub legacy_sessions_active: IntGauge,
+    pub upstream_duration: HistogramVec,
+    pub active_requests: IntGauge,
+    pub max_rounds_exceeded: IntCounterVec,
+    pub volatile_questions: IntCounterVec,
+    pub limit_hits: IntCounterVec,
+}
+
+/// Bounds a method label to the names the gateway knows.
+pub fn method_label(method: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "server/discover",
+        "tools/call",
+        "tools/list",
+        "prompts/get",
+        "prompts/list",
+        "resources/read",
+        "resources/list",
+        "resources/templates/list",
+        "completion/complete",
+        "subscriptions/listen",
+        "initialize",
+    ];
+    KNOWN
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("other")
+}
+
+impl Metrics {
+    pub fn new(instance: &str) -> Metrics {
+        let mut labels = std::collections::HashMap::new();
+        labels.insert("instance_id".to_string(), instance.to_string());
+        let registry = Registry::new_custom(Some("mrtr_gateway".into()), Some(labels))
+            .expect("registry prefix is valid");
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let requests = counter_vec(
+            "requests_total",
+            "Modern requests answered, by method and outcome (complete, input_required, error).",
+            &["method", "outcome"],
+        );
+        let rejections = counter_vec(
+            "rejections_total",
+            "Requests answered with a JSON-RPC error, by reason and by whose fault it was.",
+            &["reason", "fault"],
+        );
+        let input_required = counter_vec(
+            "input_required_total",
+            "input_required results returned, by method.",
+            &["method"],
+        );
+        let retries = counter_vec(
+            "retries_total",
+            "Retries carrying a requestState, by how they were served (replayed, parked).",
+            &["path"],
+        );
+        let state_seals = counter_vec(
+            "state_seals_total",
+            "requestState tokens sealed, by key id.",
+            &["key_id"],
+        );
+        let state_opens = counter_vec(
+            "state_opens_total",
+            "requestState tokens presented, by result (ok, or the rejection reason).",
+            &["result"],
+        );
+        let legacy_sessions_failed = counter_vec(
+            "legacy_sessions_failed_total",
+            "Legacy sessions that could not be opened or died, by reason.",
+            &["reason"],
+        );
+        let max_rounds_exceeded = counter_vec(
+            "max_rounds_exceeded_total",
+            "Calls ended because the legacy server kept asking past state.max_rounds, by method.",
+            &["method"],
+        );
+        let volatile_questions = counter_vec(
+            "volatile_questions_total",
+            "Replays where a question differed from the previous round's only in volatile content.",
+            &["method"],
+        );
+        let limit_hits = counter_vec(
+            "limit_hits_total",
+            "Configured limits that were hit, by limit name.",
+            &["limit"],
+        );
+        let state_bytes = Histogram::with_opts(
+            HistogramOpts::new(
+                "state_bytes",
+                "Size of sealed requestState tokens in bytes.",
+            )
+            .buckets(vec![
+                256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0, 65536.0,
+            ]),
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(state_bytes.clone()))
+            .expect("unique metric");
+        let upstream_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "upstream_duration_seconds",
+                "Time spent on the legacy server per modern request, by method.",
+            )
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ]),
+            &["method"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(upstream_duration.clone()))
+            .expect("unique metric");
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).expect("valid metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("unique metric");
+            g
+        };
+        let legacy_sessions_active = gauge("legacy_sessions_active", "Legacy sessions open now.");
+        let active_requests = gauge("active_requests", "Modern requests in progress now.");
+        let legacy_sessions_opened = IntCounter::new(
+            "legacy_sessions_opened_total",
+            "Legacy sessions opened (initialize succeeded).",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(legacy_sessions_opened.clone()))
+            .expect("unique metric");
+        Metrics {
+            registry,
+            requests,
+            rejections,
+            input_required,
+            retries,
+            state_seals,
+            state_opens,
+            state_bytes,
+            legacy_sessions_opened,
+            legacy_sessions_failed,
+            legacy_sessions_active,
+            upstream_duration,
+            active_requests,
+            max_rounds_exceeded,
+            volatile_questions,
+            limit_hits,
+        }
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("text encoding cannot fail");
+        String::from_utf8(buf).expect("exposition format is UTF-8")
+    }
+}

@@ -1,0 +1,187 @@
+//! `requestState`: what it holds ([`payload`]), how it is sealed ([`seal`]), the keys
+//! ([`key_ring`]), and [`StateCodec`], which adds size caps and expiry around them.
+
+pub mod key_ring;
+pub mod payload;
+pub mod seal;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+
+pub use key_ring::KeyRing;
+pub use payload::{InputKind, ParkRef, Pending, StatePayload};
+pub use seal::OpenError;
+
+use crate::config::StateKeySpec;
+
+/// Why a presented state was refused (logs and metrics only; clients see one message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateError {
+    Open(OpenError),
+    /// Authentic but not a payload this version understands.
+    BadPayload,
+    /// Past its expiry (plus the allowed clock skew).
+    Expired,
+    /// Issued for another request (method, name, arguments, URI differ).
+    WrongOrigin,
+    /// Issued to another principal.
+    WrongPrincipal,
+    /// Not a string.
+    NotAString,
+}
+
+impl StateError {
+    pub fn reason(self) -> &'static str {
+        match self {
+            StateError::Open(e) => e.reason(),
+            StateError::BadPayload => "state_bad_payload",
+            StateError::Expired => "state_expired",
+            StateError::WrongOrigin => "state_wrong_origin",
+            StateError::WrongPrincipal => "state_wrong_principal",
+            StateError::NotAString => "state_not_a_string",
+        }
+    }
+}
+
+/// A state token that would exceed `state.max_bytes`.
+#[derive(Debug, Clone, Copy)]
+pub struct TooLarge {
+    pub size: usize,
+    pub limit: usize,
+}
+
+/// Seals and opens states with the current key ring, enforcing size and expiry.
+pub struct StateCodec {
+    ring: ArcSwap<KeyRing>,
+    pub ttl: Duration,
+    pub max_bytes: usize,
+    /// Tolerated clock difference between replicas when checking `exp` and `iat`.
+    pub clock_skew: Duration,
+}
+
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl StateCodec {
+    pub fn new(keys: &[StateKeySpec], ttl: Duration, max_bytes: usize) -> StateCodec {
+        StateCodec {
+            ring: ArcSwap::from_pointee(KeyRing::new(keys)),
+            ttl,
+            max_bytes,
+            clock_skew: Duration::from_secs(30),
+        }
+    }
+
+    pub fn ring(&self) -> Arc<KeyRing> {
+        self.ring.load_full()
+    }
+
+    /// Swaps in a new key ring (rotation); states in flight keep opening if their key stays.
+    pub fn replace_ring(&self, ring: KeyRing) {
+        self.ring.store(Arc::new(ring));
+    }
+
+    /// Seals a payload. Returns the token and the sealing key id.
+    pub fn seal(&self, payload: &StatePayload) -> Result<(String, String), TooLarge> {
+        let plain = serde_json::to_vec(payload).expect("state payload serializes");
+        let (token, kid) = seal::seal(&self.ring.load(), &plain);
+        if token.len() > self.max_bytes {
+            return Err(TooLarge {
+                size: token.len(),
+                limit: self.max_bytes,
+            });
+        }
+        Ok((token, kid))
+    }
+
+    /// Opens a token and checks its expiry against `now` (Unix seconds).
+    pub fn open(&self, token: &str, now: u64) -> Result<(StatePayload, String), StateError> {
+        let (plain, kid) =
+            seal::open(&self.ring.load(), token, self.max_bytes).map_err(StateError::Open)?;
+        let payload: StatePayload =
+            serde_json::from_slice(&plain).map_err(|_| StateError::BadPayload)?;
+        let skew = self.clock_skew.as_secs();
+        if now > payload.exp.saturating_add(skew) || payload.iat > now.saturating_add(skew) {
+            return Err(StateError::Expired);
+        }
+        Ok((payload, kid))
+    }
+
+    /// A new payload for a first round, expiring `ttl` from now.
+    pub fn fresh_payload(&self, principal: &str, origin: &str, now: u64) -> StatePayload {
+        StatePayload {
+            id: payload::random_id(),
+            iat: now,
+            exp: now + self.ttl.as_secs().max(1),
+            prn: principal.to_string(),
+            org: origin.to_string(),
+            rnd: 0,
+            ans: Default::default(),
+            pnd: Default::default(),
+            park: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codec() -> StateCodec {
+        StateCodec::new(
+            &[StateKeySpec {
+                id: "k1".into(),
+                secret: [5; 32],
+            }],
+            Duration::from_secs(600),
+            4096,
+        )
+    }
+
+    #[test]
+    fn payload_round_trips_and_expires() {
+        let c = codec();
+        let mut p = c.fresh_payload("anonymous", "digest", 1_000);
+        p.ans
+            .insert("elicit-1".into(), serde_json::json!({"action":"accept"}));
+        p.pnd.insert(
+            "roots-2".into(),
+            Pending {
+                kind: InputKind::Roots,
+                elicitation_id: None,
+            },
+        );
+        let (t, _) = c.seal(&p).unwrap();
+        assert_eq!(c.open(&t, 1_001).unwrap().0, p);
+        assert_eq!(c.open(&t, 1_600 + 30).unwrap().0, p, "within skew");
+        assert_eq!(c.open(&t, 1_600 + 31).unwrap_err(), StateError::Expired);
+        assert_eq!(
+            c.open(&t, 1_000 - 31).unwrap_err(),
+            StateError::Expired,
+            "issued in the future"
+        );
+    }
+
+    #[test]
+    fn oversize_payload_is_refused_at_seal_time() {
+        let c = codec();
+        let mut p = c.fresh_payload("anonymous", "digest", 1_000);
+        p.ans
+            .insert("big".into(), serde_json::json!("x".repeat(5000)));
+        let e = c.seal(&p).unwrap_err();
+        assert!(e.size > e.limit && e.limit == 4096);
+    }
+
+    #[test]
+    fn authentic_garbage_is_a_bad_payload() {
+        let c = codec();
+        let (t, _) = seal::seal(&c.ring(), b"{\"not\":\"a payload\"}");
+        assert_eq!(c.open(&t, 1).unwrap_err(), StateError::BadPayload);
+    }
+}
