@@ -63,7 +63,7 @@ impl DiscoverCache {
             return Ok(s);
         }
         let (session, _inbound) = gw
-            .open_session(serde_json::json!({}), Default::default())
+            .open_session(&Default::default(), Default::default())
             .await?;
         let init = session.init_result.clone();
         session.close().await;

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 
 use http::HeaderMap;
-use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::config::Config;
 use crate::discover::DiscoverCache;
 use crate::error::Rejection;
+use crate::legacy::capabilities::Declared;
 use crate::legacy::http::{HttpError, UpstreamHttp};
 use crate::legacy::session::{Inbound, LegacySession, SessionError};
 use crate::metrics::Metrics;
@@ -44,12 +44,14 @@ impl Gateway {
         })
     }
 
-    /// Opens a legacy session declaring `capabilities` (legacy shape).
+    /// Opens a legacy session declaring what `declared` allows, in the shape of the legacy
+    /// version the server is expected to negotiate.
     pub async fn open_session(
         &self,
-        capabilities: Value,
+        declared: &Declared,
         headers: HeaderMap,
     ) -> Result<(LegacySession, mpsc::Receiver<Inbound>), Rejection> {
+        let capabilities = declared.to_legacy(&self.http.request_version());
         match LegacySession::open(self.http.clone(), capabilities, headers).await {
             Ok((mut session, rx)) => {
                 self.metrics.legacy_sessions_opened.inc();

@@ -41,7 +41,10 @@ pub struct UpstreamHttp {
     pub url: url::Url,
     uri: http::Uri,
     pub limits: UpstreamLimits,
+    /// The configured (newest) version to request in `initialize`.
     pub protocol_version: String,
+    /// The version the server actually chose last time, when older than the configured one.
+    learned_version: std::sync::Mutex<Option<String>>,
     pub client_name: String,
 }
 
@@ -65,8 +68,28 @@ impl UpstreamHttp {
                 max_stream_bytes: cfg.max_stream_bytes,
             },
             protocol_version: cfg.protocol_version.clone(),
+            learned_version: std::sync::Mutex::new(None),
             client_name: cfg.client_name.clone(),
         }
+    }
+
+    /// The version to request in the next `initialize`: the configured one, or the older
+    /// one the server chose before (so capability shapes match what it will negotiate).
+    pub fn request_version(&self) -> String {
+        self.learned_version
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(|| self.protocol_version.clone())
+    }
+
+    /// Records the version a server negotiated.
+    pub fn learn_version(&self, negotiated: &str) {
+        let mut learned = self
+            .learned_version
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *learned = (negotiated < self.protocol_version.as_str()).then(|| negotiated.to_string());
     }
 
     /// Sends one request to the MCP endpoint and waits (bounded) for the response head.

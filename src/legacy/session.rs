@@ -138,7 +138,7 @@ impl LegacySession {
 
     async fn initialize(&mut self, capabilities: Value) -> Result<(), SessionError> {
         let params = json!({
-            "protocolVersion": self.http.protocol_version,
+            "protocolVersion": self.http.request_version(),
             "capabilities": capabilities,
             "clientInfo": {"name": self.http.client_name, "version": env!("CARGO_PKG_VERSION")},
         });
@@ -177,6 +177,7 @@ impl LegacySession {
                 "the server chose protocol version {version:?}, which this gateway does not speak"
             )));
         }
+        self.http.learn_version(&version);
         self.negotiated_version = version;
         self.init_result = result;
         Ok(())
@@ -314,6 +315,15 @@ impl LegacySession {
                 body: truncate(&String::from_utf8_lossy(&text), 300),
             }))
         }
+    }
+
+    /// Drops a session the server has already forgotten (no DELETE: it would only 404).
+    pub fn discard_expired(mut self) {
+        self.closed = true;
+        if let Some(g) = self.active.take() {
+            g.dec();
+        }
+        self.readers.clear();
     }
 
     /// Ends the session: stops the readers and DELETEs it upstream (best effort).

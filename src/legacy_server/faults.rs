@@ -42,6 +42,7 @@ struct State {
     initialize_status: Option<u16>,
     post_failures: VecDeque<u16>,
     call_stream: VecDeque<CallStreamFault>,
+    expire_before: VecDeque<String>,
 }
 
 /// The server's fault switches (see the method docs).
@@ -76,6 +77,24 @@ impl Faults {
         self.lock()
             .post_failures
             .extend(std::iter::repeat_n(status, count));
+    }
+
+    /// Expire the session of the next request with this method just before
+    /// it is handled, so that request gets 404 (a session lost between
+    /// `initialize` and the call). Queued; each entry fires once.
+    pub fn expire_session_before(&self, method: &str) {
+        self.lock().expire_before.push_back(method.to_owned());
+    }
+
+    pub(crate) fn take_expire_before(&self, method: &str) -> bool {
+        let mut state = self.lock();
+        match state.expire_before.iter().position(|m| m == method) {
+            Some(i) => {
+                state.expire_before.remove(i);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Queue a fault for the next tool call answered over SSE.

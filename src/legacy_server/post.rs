@@ -126,6 +126,12 @@ async fn post_single(shared: &Arc<Shared>, headers: &HeaderMap, value: Value) ->
     {
         return initialize(shared, id, params);
     }
+    if let Message::Request { method, .. } = &message
+        && shared.faults.take_expire_before(method)
+        && let Some(sid) = header(headers, SESSION_HEADER)
+    {
+        shared.faults.expire_session(sid);
+    }
     let session = match resolve_session(shared, headers) {
         Ok(s) => s,
         Err(refusal) => return refusal.reply(),

@@ -202,12 +202,12 @@ impl<'g> Run<'g> {
     async fn start(
         gw: &'g Gateway,
         call: &Call,
-        capabilities: Value,
+        declared: &Declared,
     ) -> Result<Run<'g>, Rejection> {
         let params = legacy_params(&call.params);
         for attempt in 0..2 {
             let (mut session, inbound) = gw
-                .open_session(capabilities.clone(), call.upstream_headers.clone())
+                .open_session(declared, call.upstream_headers.clone())
                 .await?;
             if let Some(level) = &call.meta.log_level {
                 let logs = session
@@ -232,7 +232,7 @@ impl<'g> Run<'g> {
                 }
                 Err(SessionError::Expired) if attempt == 0 => {
                     tracing::info!("legacy session expired before the call; re-initializing once");
-                    session.close().await;
+                    session.discard_expired();
                 }
                 Err(e) => {
                     session.close().await;
@@ -528,9 +528,8 @@ pub async fn serve_mrtr(
         gw.metrics.retries.with_label_values(&["replayed"]).inc();
     }
     let declared = Declared::from_modern(&call.meta.client_capabilities);
-    let capabilities = declared.to_legacy(&gw.http.protocol_version);
 
-    let mut run = Run::start(gw, call, capabilities).await?;
+    let mut run = Run::start(gw, call, &declared).await?;
     let mut mode = Mode::Mrtr {
         book: &mut book,
         declared: &declared,
@@ -651,7 +650,7 @@ pub async fn serve_forward(
 ) -> Result<Value, Rejection> {
     let started = Instant::now();
     // Declare nothing: a well-behaved legacy server then asks nothing.
-    let mut run = Run::start(gw, call, json!({})).await?;
+    let mut run = Run::start(gw, call, &Declared::default()).await?;
     let captured = run
         .capture(
             call,

@@ -1,0 +1,155 @@
+//! The official Python SDKs as test peers: `mcp==1.30.0` FastMCP as the legacy server and
+//! `mcp==2.3.0` `Client` as the modern client. `scripts/test.sh` installs them into `.peers/`
+//! (see `tests/peers/README.md`); a test that needs them fails loudly when they are missing.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn peers_dir() -> PathBuf {
+    let dir = std::env::var_os("MRTR_PEERS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".peers"));
+    assert!(
+        dir.join("legacy/bin/python").exists() && dir.join("modern/bin/python").exists(),
+        "the Python peers are not installed in {}: run scripts/test.sh (or tests/peers/setup.sh)",
+        dir.display()
+    );
+    dir
+}
+
+pub fn legacy_python() -> PathBuf {
+    peers_dir().join("legacy/bin/python")
+}
+
+pub fn modern_python() -> PathBuf {
+    peers_dir().join("modern/bin/python")
+}
+
+/// A FastMCP legacy server process; killed when dropped.
+pub struct PyLegacyServer {
+    pub child: Child,
+    pub port: u16,
+    pub count_file: PathBuf,
+    _dir: tempdir::TempDir,
+}
+
+mod tempdir {
+    use std::path::{Path, PathBuf};
+
+    /// A directory removed on drop (tests only; avoids a dependency for one use).
+    pub struct TempDir(PathBuf);
+
+    impl TempDir {
+        pub fn new(prefix: &str) -> TempDir {
+            let mut b = [0u8; 8];
+            getrandom::fill(&mut b).unwrap();
+            let name: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            let p = std::env::temp_dir().join(format!("{prefix}-{name}"));
+            std::fs::create_dir_all(&p).unwrap();
+            TempDir(p)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl PyLegacyServer {
+    /// Starts `legacy_server.py` on a free loopback port (`extra` are more CLI flags).
+    pub async fn start(extra: &[&str]) -> PyLegacyServer {
+        Self::start_on(0, extra).await
+    }
+
+    pub async fn start_on(port: u16, extra: &[&str]) -> PyLegacyServer {
+        let dir = tempdir::TempDir::new("mrtr-peer");
+        let count_file = dir.path().join("counts");
+        let mut child = Command::new(legacy_python())
+            .arg(repo().join("tests/peers/legacy_server.py"))
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .arg("--count-file")
+            .arg(&count_file)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the legacy Python server starts");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("the legacy server reports its port within 60 s")
+            .unwrap()
+            .expect("a LISTENING line");
+        let port = line
+            .strip_prefix("LISTENING ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+        PyLegacyServer {
+            child,
+            port,
+            count_file,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// How many times each tool / prompt / resource body started.
+    pub fn starts(&self, name: &str) -> usize {
+        std::fs::read_to_string(&self.count_file)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.trim() == name)
+            .count()
+    }
+
+    pub async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// Runs one `modern_client.py` scenario against `url`; returns its JSON report.
+pub async fn modern_scenario(url: &str, scenario: &str, extra: &[&str]) -> Value {
+    let out = tokio::time::timeout(
+        Duration::from_secs(90),
+        Command::new(modern_python())
+            .arg(repo().join("tests/peers/modern_client.py"))
+            .args(["--url", url, "--scenario", scenario])
+            .args(extra)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the modern client finishes within 90 s")
+    .expect("the modern client runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "modern_client.py {scenario} exited {}: {stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("bad report ({e}): {stdout}"))
+}
