@@ -65,7 +65,7 @@ impl DiscoverCache {
         let (session, _inbound) = gw
             .open_session(&Default::default(), Default::default())
             .await?;
-        let init = session.init_result.clone();
+        let init = session.init_result().clone();
         session.close().await;
         self.observe(&init);
         Ok(self.snap.load_full().expect("just stored"))

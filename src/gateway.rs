@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+
 use http::HeaderMap;
 use tokio::sync::mpsc;
 
@@ -9,14 +11,15 @@ use crate::config::Config;
 use crate::discover::DiscoverCache;
 use crate::error::Rejection;
 use crate::legacy::capabilities::Declared;
-use crate::legacy::http::{HttpError, UpstreamHttp};
+use crate::legacy::http::HttpError;
 use crate::legacy::session::{Inbound, LegacySession, SessionError};
+use crate::legacy::upstream::Upstream;
 use crate::metrics::Metrics;
 use crate::state::StateCodec;
 
 pub struct Gateway {
-    pub config: Config,
-    pub http: Arc<UpstreamHttp>,
+    config: ArcSwap<Config>,
+    upstream: ArcSwap<Upstream>,
     pub codec: StateCodec,
     pub discover: DiscoverCache,
     pub metrics: Metrics,
@@ -35,13 +38,23 @@ impl Gateway {
     pub fn new(config: Config) -> Arc<Gateway> {
         let instance_id = random_instance_id();
         Arc::new(Gateway {
-            http: Arc::new(UpstreamHttp::new(&config.upstream)),
+            upstream: ArcSwap::from_pointee(Upstream::from_config(&config.upstream)),
             codec: StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes),
             discover: DiscoverCache::new(config.discover.refresh),
             metrics: Metrics::new(&instance_id),
             instance_id,
-            config,
+            config: ArcSwap::from_pointee(config),
         })
+    }
+
+    /// The configuration in force (a snapshot: hold it for one request, not longer).
+    pub fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+
+    /// The legacy server in force.
+    pub fn upstream(&self) -> Arc<Upstream> {
+        self.upstream.load_full()
     }
 
     /// Opens a legacy session declaring what `declared` allows, in the shape of the legacy
@@ -51,12 +64,11 @@ impl Gateway {
         declared: &Declared,
         headers: HeaderMap,
     ) -> Result<(LegacySession, mpsc::Receiver<Inbound>), Rejection> {
-        let capabilities = declared.to_legacy(&self.http.request_version());
-        match LegacySession::open(self.http.clone(), capabilities, headers).await {
+        match self.upstream().open(declared, headers).await {
             Ok((mut session, rx)) => {
                 self.metrics.legacy_sessions_opened.inc();
                 session.track_with(self.metrics.legacy_sessions_active.clone());
-                self.discover.observe(&session.init_result);
+                self.discover.observe(session.init_result());
                 Ok((session, rx))
             }
             Err(e) => {

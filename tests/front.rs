@@ -105,7 +105,7 @@ async fn malformed_json_batches_and_bad_envelopes() {
 async fn oversize_bodies_get_413_and_are_counted() {
     let env = env_with(Default::default(), handlers(), "", "").await;
     let c = env.client();
-    let big = "x".repeat(env.gw.config.listen.max_body_bytes + 1);
+    let big = "x".repeat(env.gw.config().listen.max_body_bytes + 1);
     let ex = c
         .send_raw(Method::POST, HeaderMap::new(), Bytes::from(big))
         .await

@@ -66,10 +66,10 @@ pub async fn run() -> Result<(), String> {
     );
 
     let gw = Gateway::new(demo_config(&legacy.url())?);
-    let running = listener::start(gw.clone(), gw.config.listen.addr)
+    let running = listener::start(gw.clone(), gw.config().listen.addr)
         .await
         .map_err(|e| format!("cannot start the gateway: {e}"))?;
-    let url = format!("http://{}{}", running.addr, gw.config.listen.path);
+    let url = format!("http://{}{}", running.addr, gw.config().listen.path);
     println!("gateway (2026-07-28, stateless MRTR):        {url}\n");
 
     let client = ModernClient::new(&url);

@@ -10,17 +10,17 @@ use crate::gateway::Gateway;
 
 pub async fn run(config: Config) -> std::io::Result<()> {
     let gw = Gateway::new(config);
-    let listener = tokio::net::TcpListener::bind(gw.config.listen.addr).await?;
+    let listener = tokio::net::TcpListener::bind(gw.config().listen.addr).await?;
     let addr = listener.local_addr()?;
     tracing::info!(
         %addr,
-        path = %gw.config.listen.path,
-        upstream = %gw.config.upstream.url,
+        path = %gw.config().listen.path,
+        upstream = %gw.config().upstream.url,
         instance_id = %gw.instance_id,
         "mrtr-gateway listening"
     );
     let example = crate::config::decode_secret(crate::config::EXAMPLE_SECRET).ok();
-    for k in &gw.config.state.keys {
+    for k in &gw.config().state.keys {
         if Some(k.secret) == example {
             tracing::warn!(key_id = %k.id, "state key uses the public example secret from config/gateway.toml; generate one with `mrtr-gateway keygen`");
         }

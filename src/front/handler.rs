@@ -70,11 +70,11 @@ pub async fn handle(
 
     // Phase 1: the endpoint. Only `listen.path`, only POST (2026-07-28 has no GET stream and
     // no sessions to DELETE).
-    if req.uri().path() != gw.config.listen.path {
+    if req.uri().path() != gw.config().listen.path {
         let rej = Rejection::new(
             StatusCode::NOT_FOUND,
             crate::jsonrpc::codes::INVALID_REQUEST,
-            format!("no MCP endpoint here; it is at {}", gw.config.listen.path),
+            format!("no MCP endpoint here; it is at {}", gw.config().listen.path),
             crate::error::Fault::Client,
             "wrong_path",
         );
@@ -94,7 +94,7 @@ pub async fn handle(
 
     // Phase 2: the body, within its size limit.
     let (parts, body) = req.into_parts();
-    let limit = gw.config.listen.max_body_bytes;
+    let limit = gw.config().listen.max_body_bytes;
     let bytes: Bytes = match Limited::new(body, limit).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
@@ -160,7 +160,7 @@ pub async fn handle(
         );
     }
     if r == Route::Discover {
-        let result = translate::discover(&snapshot.init, gw.config.caching.discover, false);
+        let result = translate::discover(&snapshot.init, gw.config().caching.discover, false);
         let response = respond::json(
             StatusCode::OK,
             &crate::jsonrpc::result_response(&env.id, result.clone()),

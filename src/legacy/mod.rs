@@ -4,3 +4,5 @@ pub mod capabilities;
 pub mod http;
 pub mod session;
 pub mod sse;
+pub mod streamable_http;
+pub mod upstream;

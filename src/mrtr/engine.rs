@@ -211,7 +211,7 @@ impl<'g> Run<'g> {
                 .await?;
             if let Some(level) = &call.meta.log_level {
                 let logs = session
-                    .init_result
+                    .init_result()
                     .pointer("/capabilities/logging")
                     .is_some();
                 if logs {
@@ -253,7 +253,7 @@ impl<'g> Run<'g> {
     }
 
     fn init_result(&self) -> &Value {
-        &self.session().init_result
+        self.session().init_result()
     }
 
     /// Ends the legacy call: tells the server to stop, then DELETEs the session.
@@ -289,7 +289,7 @@ impl<'g> Run<'g> {
         cancel: &CancellationToken,
         deadline: Instant,
     ) -> Result<Captured, Rejection> {
-        let gather_window = self.gw.config.mrtr.gather_window;
+        let gather_window = self.gw.config().mrtr.gather_window;
         let mut questions: Vec<Question> = Vec::new();
         let mut gather_until: Option<tokio::time::Instant> = None;
         let deadline = tokio::time::Instant::from_std(deadline);
@@ -541,7 +541,7 @@ pub async fn serve_mrtr(
             &mut mode,
             sink,
             cancel,
-            started + gw.config.upstream.call_timeout,
+            started + gw.config().upstream.call_timeout,
         )
         .await;
     let server_info = translate::server_info(Some(run.init_result()));
@@ -560,7 +560,7 @@ pub async fn serve_mrtr(
                 Some(if is_retry {
                     translate::NO_CACHE
                 } else {
-                    gw.config.caching.read
+                    gw.config().caching.read
                 })
             } else {
                 None
@@ -570,7 +570,7 @@ pub async fn serve_mrtr(
         Ok(Captured::NeedInput(questions)) => {
             run.abandon("the client must answer questions first").await;
             let round = prior.as_ref().map_or(0, |p| p.rnd) + 1;
-            if round > gw.config.state.max_rounds {
+            if round > gw.config().state.max_rounds {
                 gw.metrics
                     .max_rounds_exceeded
                     .with_label_values(&[method_label(&call.method)])
@@ -579,7 +579,7 @@ pub async fn serve_mrtr(
                 return Err(Rejection::upstream(
                     format!(
                         "{what} asked for input in more than {} rounds (state.max_rounds); the legacy server does not converge, often because its questions change on every execution",
-                        gw.config.state.max_rounds
+                        gw.config().state.max_rounds
                     ),
                     "max_rounds",
                 ));
@@ -657,7 +657,7 @@ pub async fn serve_forward(
             &mut Mode::Forward,
             sink,
             cancel,
-            started + gw.config.upstream.call_timeout,
+            started + gw.config().upstream.call_timeout,
         )
         .await;
     let server_info = translate::server_info(Some(run.init_result()));
@@ -669,7 +669,7 @@ pub async fn serve_forward(
         Ok(Captured::Final(msg)) => {
             run.finish().await;
             let hint = crate::protocol::methods::is_cacheable(&call.method)
-                .then_some(gw.config.caching.list);
+                .then_some(gw.config().caching.list);
             final_result(msg, call, &server_info, hint)
         }
         Ok(Captured::NeedInput(_)) => unreachable!("forward mode collects no questions"),

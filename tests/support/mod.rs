@@ -49,10 +49,10 @@ impl Env {
 
 pub async fn start_gateway(cfg: Config) -> (Arc<Gateway>, Running, String) {
     let gw = Gateway::new(cfg);
-    let running = listener::start(gw.clone(), gw.config.listen.addr)
+    let running = listener::start(gw.clone(), gw.config().listen.addr)
         .await
         .expect("gateway binds");
-    let url = format!("http://{}{}", running.addr, gw.config.listen.path);
+    let url = format!("http://{}{}", running.addr, gw.config().listen.path);
     (gw, running, url)
 }
 
