@@ -36,10 +36,11 @@ pub fn random_instance_id() -> String {
 
 impl Gateway {
     pub fn new(config: Config) -> Arc<Gateway> {
-        let instance_id = random_instance_id();
+        let instance_id = config.replica.id.clone().unwrap_or_else(random_instance_id);
         Arc::new(Gateway {
             upstream: ArcSwap::from_pointee(Upstream::from_config(&config.upstream)),
-            codec: StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes),
+            codec: StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes)
+                .with_clock_skew(config.state.clock_skew),
             discover: DiscoverCache::new(config.discover.refresh),
             metrics: Metrics::new(&instance_id),
             instance_id,

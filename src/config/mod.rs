@@ -70,6 +70,11 @@ pub struct Config {
     pub discover: DiscoverConfig,
     pub caching: CachingConfig,
     pub log: LogConfig,
+    pub admin: AdminConfig,
+    /// Front TLS; `None` serves plain HTTP.
+    pub tls: Option<TlsConfig>,
+    pub drain: DrainConfig,
+    pub replica: ReplicaConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -77,6 +82,47 @@ pub struct ListenConfig {
     pub addr: SocketAddr,
     pub path: String,
     pub max_body_bytes: usize,
+    /// `Origin` values accepted (exact match, e.g. "https://app.example"); empty: only requests
+    /// without an `Origin` header, or whose `Origin` is a loopback origin, are accepted.
+    pub allowed_origins: Vec<String>,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_concurrent_requests: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    /// `None` when the admin listener is disabled (`addr = ""`).
+    pub addr: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    None,
+    Optional,
+    Required,
+}
+
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub client_ca_file: Option<PathBuf>,
+    pub client_auth: ClientAuth,
+}
+
+#[derive(Debug, Clone)]
+pub struct DrainConfig {
+    /// After SIGTERM, how long `/readyz` reports 503 before the listener stops accepting.
+    pub readiness_delay: Duration,
+    /// How long in-flight requests may take to finish after that.
+    pub deadline: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    /// This process's instance id; `None` means generate one at start.
+    pub id: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -106,6 +152,10 @@ pub struct StateConfig {
     pub ttl: Duration,
     pub max_bytes: usize,
     pub max_rounds: u32,
+    /// Tolerated clock difference between replicas for `exp` / `iat` checks.
+    pub clock_skew: Duration,
+    /// When set, the key ring is (re)loaded from this directory instead of `state.keys`.
+    pub keys_dir: Option<PathBuf>,
     pub keys: Vec<StateKeySpec>,
 }
 
@@ -220,6 +270,28 @@ impl Config {
                 raw.listen.path.clone()
             },
             max_body_bytes: positive_size("listen.max_body_bytes", raw.listen.max_body_bytes)?,
+            allowed_origins: {
+                for (i, o) in raw.listen.allowed_origins.iter().enumerate() {
+                    let ok =
+                        url::Url::parse(o).is_ok_and(|u| u.origin().ascii_serialization() == *o);
+                    if !ok {
+                        return Err(ConfigError::new(
+                            format!("listen.allowed_origins[{i}]"),
+                            format!("{o:?} is not an origin (scheme://host[:port], no path)"),
+                        ));
+                    }
+                }
+                raw.listen.allowed_origins.clone()
+            },
+            header_read_timeout: nonzero_duration(
+                "listen.header_read_timeout",
+                &raw.listen.header_read_timeout,
+            )?,
+            idle_timeout: nonzero_duration("listen.idle_timeout", &raw.listen.idle_timeout)?,
+            max_concurrent_requests: positive_size(
+                "listen.max_concurrent_requests",
+                raw.listen.max_concurrent_requests,
+            )?,
         };
 
         let url = url::Url::parse(&raw.upstream.url)
@@ -275,7 +347,18 @@ impl Config {
                 }
                 raw.state.max_rounds
             },
-            keys: load_keys(&raw.state.keys, base_dir)?,
+            clock_skew: duration("state.clock_skew", &raw.state.clock_skew)?,
+            keys_dir: raw.state.keys_dir.as_ref().map(|d| resolve(base_dir, d)),
+            keys: match (&raw.state.keys_dir, raw.state.keys.is_empty()) {
+                (Some(_), false) => {
+                    return Err(ConfigError::new(
+                        "state.keys_dir",
+                        "set either state.keys_dir or [[state.keys]], not both",
+                    ));
+                }
+                (Some(dir), true) => load_keys_dir(&resolve(base_dir, dir))?,
+                (None, _) => load_keys(&raw.state.keys, base_dir)?,
+            },
         };
 
         let mrtr = MrtrConfig {
@@ -307,6 +390,38 @@ impl Config {
                 }
             },
         };
+        let admin = AdminConfig {
+            addr: if raw.admin.addr.is_empty() {
+                None
+            } else {
+                Some(raw.admin.addr.parse().map_err(|_| {
+                    ConfigError::new(
+                        "admin.addr",
+                        format!(
+                            "not a socket address: {:?} (or \"\" to disable)",
+                            raw.admin.addr
+                        ),
+                    )
+                })?)
+            },
+        };
+        let tls = tls_config(&raw.tls, base_dir)?;
+        let drain = DrainConfig {
+            readiness_delay: duration("drain.readiness_delay", &raw.drain.readiness_delay)?,
+            deadline: nonzero_duration("drain.deadline", &raw.drain.deadline)?,
+        };
+        let replica = ReplicaConfig {
+            id: if raw.replica.id.is_empty() {
+                None
+            } else if valid_key_id(&raw.replica.id) {
+                Some(raw.replica.id.clone())
+            } else {
+                return Err(ConfigError::new(
+                    "replica.id",
+                    "must be 1-32 characters of A-Z a-z 0-9 _ - (or empty to generate one)",
+                ));
+            },
+        };
         Ok(Config {
             listen,
             upstream,
@@ -315,6 +430,10 @@ impl Config {
             discover,
             caching,
             log,
+            admin,
+            tls,
+            drain,
+            replica,
         })
     }
 }
@@ -432,6 +551,134 @@ fn load_keys(
     Ok(keys)
 }
 
+fn tls_config(
+    raw: &raw::RawTls,
+    base_dir: Option<&Path>,
+) -> Result<Option<TlsConfig>, ConfigError> {
+    let client_auth = match raw.client_auth.as_str() {
+        "none" => ClientAuth::None,
+        "optional" => ClientAuth::Optional,
+        "required" => ClientAuth::Required,
+        other => {
+            return Err(ConfigError::new(
+                "tls.client_auth",
+                format!("must be \"none\", \"optional\" or \"required\", not {other:?}"),
+            ));
+        }
+    };
+    let (cert, key) = match (&raw.cert_file, &raw.key_file) {
+        (None, None) => {
+            if raw.client_ca_file.is_some() || client_auth != ClientAuth::None {
+                return Err(ConfigError::new(
+                    "tls.cert_file",
+                    "client certificates need front TLS: set tls.cert_file and tls.key_file",
+                ));
+            }
+            return Ok(None);
+        }
+        (Some(c), Some(k)) => (resolve(base_dir, c), resolve(base_dir, k)),
+        (Some(_), None) => {
+            return Err(ConfigError::new(
+                "tls.key_file",
+                "required with tls.cert_file",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::new(
+                "tls.cert_file",
+                "required with tls.key_file",
+            ));
+        }
+    };
+    for (key_name, path) in [("tls.cert_file", &cert), ("tls.key_file", &key)] {
+        if !path.is_file() {
+            return Err(ConfigError::new(
+                key_name,
+                format!("cannot read {}", path.display()),
+            ));
+        }
+    }
+    let client_ca_file = raw.client_ca_file.as_ref().map(|f| resolve(base_dir, f));
+    if let Some(ca) = &client_ca_file
+        && !ca.is_file()
+    {
+        return Err(ConfigError::new(
+            "tls.client_ca_file",
+            format!("cannot read {}", ca.display()),
+        ));
+    }
+    if client_auth != ClientAuth::None && client_ca_file.is_none() {
+        return Err(ConfigError::new(
+            "tls.client_ca_file",
+            "required when tls.client_auth is \"optional\" or \"required\"",
+        ));
+    }
+    Ok(Some(TlsConfig {
+        cert_file: cert,
+        key_file: key,
+        client_ca_file,
+        client_auth,
+    }))
+}
+
+/// Loads a key ring from a directory (a mounted Kubernetes Secret, typically).
+///
+/// Every regular file whose name is a valid key id holds one base64 secret. The optional file
+/// `primary` names the sealing key; without it the greatest id (by byte order) seals, so
+/// date-like ids (`k2026-12-02`) rotate by simply adding a newer file. Names starting with
+/// `.` are skipped (Kubernetes keeps `..data` and timestamped directories there).
+pub fn load_keys_dir(dir: &Path) -> Result<Vec<StateKeySpec>, ConfigError> {
+    let key = "state.keys_dir";
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| ConfigError::new(key, format!("cannot read {}: {e}", dir.display())))?;
+    let mut keys: Vec<StateKeySpec> = Vec::new();
+    let mut primary: Option<String> = None;
+    for entry in entries {
+        let entry = entry
+            .map_err(|e| ConfigError::new(key, format!("cannot list {}: {e}", dir.display())))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        if !path.is_file() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| ConfigError::new(key, format!("cannot read {}: {e}", path.display())))?;
+        if name == "primary" {
+            primary = Some(text.trim().to_string());
+            continue;
+        }
+        if !valid_key_id(&name) {
+            return Err(ConfigError::new(
+                key,
+                format!(
+                    "{name:?}: a key file's name is its key id (1-32 characters of A-Z a-z 0-9 _ -)"
+                ),
+            ));
+        }
+        let secret =
+            decode_secret(&text).map_err(|m| ConfigError::new(key, format!("{name}: {m}")))?;
+        keys.push(StateKeySpec { id: name, secret });
+    }
+    if keys.is_empty() {
+        return Err(ConfigError::new(
+            key,
+            format!("no key files in {}", dir.display()),
+        ));
+    }
+    keys.sort_by(|a, b| b.id.cmp(&a.id));
+    if let Some(p) = primary {
+        let pos = keys.iter().position(|k| k.id == p).ok_or_else(|| {
+            ConfigError::new(key, format!("primary names {p:?}, which has no key file"))
+        })?;
+        let k = keys.remove(pos);
+        keys.insert(0, k);
+    }
+    Ok(keys)
+}
+
 fn resolve(base_dir: Option<&Path>, file: &str) -> PathBuf {
     let p = Path::new(file);
     match base_dir {
@@ -506,6 +753,53 @@ mod tests {
         let e = Config::from_toml_str(&text, &bad, None).unwrap_err();
         assert_eq!(e.key, "state.ttl");
         assert_eq!(e.env_var.as_deref(), Some("MRTR_GATEWAY__STATE__TTL"));
+    }
+
+    #[test]
+    fn keys_dir_orders_by_primary_then_newest_and_skips_kubernetes_internals() {
+        let dir = std::env::temp_dir().join(format!("mrtr-keys-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("..2026_12_02")).unwrap();
+        std::fs::write(dir.join("k2026-11-01"), KEY).unwrap();
+        std::fs::write(dir.join("k2026-12-01"), KEY).unwrap();
+        std::fs::write(dir.join("..data"), "ignored").unwrap();
+        let ids = |ks: Vec<StateKeySpec>| ks.into_iter().map(|k| k.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(load_keys_dir(&dir).unwrap()),
+            vec!["k2026-12-01", "k2026-11-01"]
+        );
+        std::fs::write(dir.join("primary"), "k2026-11-01\n").unwrap();
+        assert_eq!(
+            ids(load_keys_dir(&dir).unwrap()),
+            vec!["k2026-11-01", "k2026-12-01"]
+        );
+        std::fs::write(dir.join("primary"), "nope").unwrap();
+        assert_eq!(load_keys_dir(&dir).unwrap_err().key, "state.keys_dir");
+        std::fs::remove_file(dir.join("primary")).unwrap();
+        std::fs::write(dir.join("bad"), "%%%").unwrap();
+        assert!(load_keys_dir(&dir).unwrap_err().message.contains("bad"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn tls_and_admin_sections_are_checked() {
+        let e = err_of(&format!(
+            "[tls]\ncert_file = \"/nonexistent.pem\"\nkey_file = \"/nonexistent.key\"\n{}",
+            minimal()
+        ));
+        assert_eq!(e.key, "tls.cert_file");
+        let e = err_of(&format!("[tls]\nclient_auth = \"required\"\n{}", minimal()));
+        assert_eq!(e.key, "tls.cert_file");
+        let e = err_of(&format!("[admin]\naddr = \"nowhere\"\n{}", minimal()));
+        assert_eq!(e.key, "admin.addr");
+        let c = Config::from_toml_str(&format!("[admin]\naddr = \"\"\n{}", minimal()), &[], None)
+            .unwrap();
+        assert!(c.admin.addr.is_none() && c.tls.is_none());
+        let e = err_of(&format!(
+            "[listen]\nallowed_origins = [\"https://a.example/path\"]\n{}",
+            minimal()
+        ));
+        assert_eq!(e.key, "listen.allowed_origins[0]");
     }
 
     #[test]

@@ -23,6 +23,14 @@ pub struct RawConfig {
     pub caching: RawCaching,
     #[serde(default)]
     pub log: RawLog,
+    #[serde(default)]
+    pub admin: RawAdmin,
+    #[serde(default)]
+    pub tls: RawTls,
+    #[serde(default)]
+    pub drain: RawDrain,
+    #[serde(default)]
+    pub replica: RawReplica,
 }
 
 #[derive(Debug, Deserialize)]
@@ -31,6 +39,10 @@ pub struct RawListen {
     pub addr: String,
     pub path: String,
     pub max_body_bytes: u64,
+    pub allowed_origins: Vec<String>,
+    pub header_read_timeout: String,
+    pub idle_timeout: String,
+    pub max_concurrent_requests: u64,
 }
 
 impl Default for RawListen {
@@ -39,6 +51,10 @@ impl Default for RawListen {
             addr: "127.0.0.1:8080".into(),
             path: "/mcp".into(),
             max_body_bytes: 1024 * 1024,
+            allowed_origins: Vec::new(),
+            header_read_timeout: "10s".into(),
+            idle_timeout: "2m".into(),
+            max_concurrent_requests: 1024,
         }
     }
 }
@@ -79,6 +95,8 @@ pub struct RawState {
     pub ttl: String,
     pub max_bytes: u64,
     pub max_rounds: u32,
+    pub clock_skew: String,
+    pub keys_dir: Option<String>,
     pub keys: Vec<RawStateKey>,
 }
 
@@ -88,6 +106,8 @@ impl Default for RawState {
             ttl: "10m".into(),
             max_bytes: 65536,
             max_rounds: 16,
+            clock_skew: "30s".into(),
+            keys_dir: None,
             keys: Vec::new(),
         }
     }
@@ -169,4 +189,60 @@ impl Default for RawLog {
             format: "json".into(),
         }
     }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawAdmin {
+    pub addr: String,
+}
+
+impl Default for RawAdmin {
+    fn default() -> Self {
+        RawAdmin {
+            addr: "127.0.0.1:9090".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTls {
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+    pub client_ca_file: Option<String>,
+    pub client_auth: String,
+}
+
+impl Default for RawTls {
+    fn default() -> Self {
+        RawTls {
+            cert_file: None,
+            key_file: None,
+            client_ca_file: None,
+            client_auth: "none".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawDrain {
+    pub readiness_delay: String,
+    pub deadline: String,
+}
+
+impl Default for RawDrain {
+    fn default() -> Self {
+        RawDrain {
+            readiness_delay: "5s".into(),
+            deadline: "30s".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawReplica {
+    pub id: String,
 }

@@ -78,6 +78,11 @@ impl StateCodec {
         }
     }
 
+    pub fn with_clock_skew(mut self, skew: Duration) -> StateCodec {
+        self.clock_skew = skew;
+        self
+    }
+
     pub fn ring(&self) -> Arc<KeyRing> {
         self.ring.load_full()
     }
