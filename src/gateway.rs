@@ -1,8 +1,11 @@
 //! The gateway's shared state: configuration, upstream client, state codec, caches, metrics.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use http::HeaderMap;
 use tokio::sync::mpsc;
@@ -15,7 +18,7 @@ use crate::legacy::http::HttpError;
 use crate::legacy::session::{Inbound, LegacySession, SessionError};
 use crate::legacy::upstream::Upstream;
 use crate::metrics::Metrics;
-use crate::state::StateCodec;
+use crate::state::{KeyRing, StateCodec, StateLimits};
 
 pub struct Gateway {
     config: ArcSwap<Config>,
@@ -25,6 +28,25 @@ pub struct Gateway {
     pub metrics: Metrics,
     /// This process's identity among replicas (logs, metrics, parking references).
     pub instance_id: String,
+    /// Set once a drain has begun: readiness fails, new work is still served until the
+    /// listener stops accepting.
+    draining: AtomicBool,
+    /// Bounds requests served at once (`listen.max_concurrent_requests`).
+    request_slots: Arc<Semaphore>,
+    request_slots_size: AtomicUsize,
+    upstream_probe: Mutex<Option<(Instant, Result<(), String>)>>,
+}
+
+/// The result of the readiness checks behind `/readyz`.
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    pub checks: Vec<(&'static str, Result<String, String>)>,
+}
+
+impl Readiness {
+    pub fn ready(&self) -> bool {
+        self.checks.iter().all(|(_, r)| r.is_ok())
+    }
 }
 
 /// A random instance id: 8 bytes, hex.
@@ -37,12 +59,19 @@ pub fn random_instance_id() -> String {
 impl Gateway {
     pub fn new(config: Config) -> Arc<Gateway> {
         let instance_id = config.replica.id.clone().unwrap_or_else(random_instance_id);
+        let slots = config.listen.max_concurrent_requests;
+        let metrics = Metrics::new(&instance_id);
+        metrics.key_ring_keys.set(config.state.keys.len() as i64);
         Arc::new(Gateway {
+            draining: AtomicBool::new(false),
+            request_slots: Arc::new(Semaphore::new(slots)),
+            request_slots_size: AtomicUsize::new(slots),
+            upstream_probe: Mutex::new(None),
             upstream: ArcSwap::from_pointee(Upstream::from_config(&config.upstream)),
             codec: StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes)
                 .with_clock_skew(config.state.clock_skew),
             discover: DiscoverCache::new(config.discover.refresh),
-            metrics: Metrics::new(&instance_id),
+            metrics,
             instance_id,
             config: ArcSwap::from_pointee(config),
         })
@@ -56,6 +85,115 @@ impl Gateway {
     /// The legacy server in force.
     pub fn upstream(&self) -> Arc<Upstream> {
         self.upstream.load_full()
+    }
+
+    /// Replaces the configuration (reload). The key ring, state limits and request-slot count
+    /// follow; a changed `[upstream]` section swaps in a new upstream client.
+    pub fn apply_config(&self, new: Config) {
+        let old = self.config();
+        if format!("{:?}", old.upstream) != format!("{:?}", new.upstream) {
+            tracing::info!(upstream = %new.upstream.url, "upstream changed; new calls use it");
+            self.upstream
+                .store(Arc::new(Upstream::from_config(&new.upstream)));
+        }
+        self.codec.replace_ring(KeyRing::new(&new.state.keys));
+        self.metrics.key_ring_keys.set(new.state.keys.len() as i64);
+        self.codec.set_limits(StateLimits {
+            ttl: new.state.ttl,
+            max_bytes: new.state.max_bytes,
+            clock_skew: new.state.clock_skew,
+        });
+        self.resize_request_slots(new.listen.max_concurrent_requests);
+        self.config.store(Arc::new(new));
+    }
+
+    fn resize_request_slots(&self, want: usize) {
+        let have = self.request_slots_size.swap(want, Ordering::AcqRel);
+        if want > have {
+            self.request_slots.add_permits(want - have);
+        } else if want < have {
+            // Shrink by forgetting free permits now; the rest are forgotten as they return.
+            let mut left = have - want;
+            left -= self.request_slots.forget_permits(left);
+            if left > 0 {
+                let slots = self.request_slots.clone();
+                tokio::spawn(async move {
+                    while left > 0 {
+                        match slots.acquire().await {
+                            Ok(p) => {
+                                p.forget();
+                                left -= 1;
+                            }
+                            Err(_) => return,
+                        }
+                    }
+                });
+            }
+        }
+    }
+
+    /// A slot for one request, or `None` when `listen.max_concurrent_requests` are in flight.
+    pub fn try_request_slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.request_slots.clone().try_acquire_owned().ok()
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.metrics.draining.set(1);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Whether the legacy server answers at the transport level (cached for two seconds so
+    /// probes do not hammer it).
+    pub async fn probe_upstream(&self) -> Result<(), String> {
+        if let Some((at, r)) = self
+            .upstream_probe
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            && at.elapsed() < Duration::from_secs(2)
+        {
+            return r.clone();
+        }
+        let r = self
+            .upstream()
+            .probe(self.config().upstream.connect_timeout)
+            .await;
+        *self
+            .upstream_probe
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), r.clone()));
+        r
+    }
+
+    /// The checks behind `/readyz`.
+    pub async fn readiness(&self) -> Readiness {
+        let mut checks = Vec::new();
+        checks.push((
+            "draining",
+            if self.is_draining() {
+                Err("draining".to_string())
+            } else {
+                Ok("no".to_string())
+            },
+        ));
+        let ring = self.codec.ring();
+        checks.push((
+            "keys",
+            Ok(format!(
+                "{} key(s), sealing with {}",
+                ring.ids().len(),
+                ring.sealing_key().id
+            )),
+        ));
+        checks.push((
+            "upstream",
+            self.probe_upstream().await.map(|_| "reachable".to_string()),
+        ));
+        Readiness { checks }
     }
 
     /// Opens a legacy session declaring what `declared` allows, in the shape of the legacy

@@ -3,6 +3,7 @@
 //! See `docs/architecture.md` for how the parts fit together.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod client;
 pub mod commands;
 pub mod config;
@@ -16,6 +17,7 @@ pub mod legacy_server;
 pub mod metrics;
 pub mod mrtr;
 pub mod protocol;
+pub mod reload;
 pub mod state;
 pub mod telemetry;
 pub mod translate;

@@ -47,6 +47,8 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn main() -> ExitCode {
+    // One process-wide rustls provider, before anything can build a TLS config.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = Cli::parse();
     match cli.command {
         Command::Keygen => {
@@ -71,8 +73,8 @@ fn main() -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG as u8);
                 }
             };
-            mrtr_gateway::telemetry::init(&config.log.level, config.log.format);
-            match runtime().block_on(commands::serve::run(config)) {
+            let log = mrtr_gateway::telemetry::init(&config.log.level, config.log.format);
+            match runtime().block_on(commands::serve::run(config, path, log)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("mrtr-gateway: {e}");

@@ -23,6 +23,10 @@ pub struct Metrics {
     pub legacy_sessions_active: IntGauge,
     pub upstream_duration: HistogramVec,
     pub active_requests: IntGauge,
+    pub active_connections: IntGauge,
+    pub config_reloads: IntCounterVec,
+    pub draining: IntGauge,
+    pub key_ring_keys: IntGauge,
     pub max_rounds_exceeded: IntCounterVec,
     pub volatile_questions: IntCounterVec,
     pub limit_hits: IntCounterVec,
@@ -149,6 +153,17 @@ impl Metrics {
         };
         let legacy_sessions_active = gauge("legacy_sessions_active", "Legacy sessions open now.");
         let active_requests = gauge("active_requests", "Modern requests in progress now.");
+        let active_connections = gauge("active_connections", "Client connections open now.");
+        let draining = gauge(
+            "draining",
+            "1 while the gateway drains before exiting, else 0.",
+        );
+        let key_ring_keys = gauge("key_ring_keys", "State keys in the ring (the first seals).");
+        let config_reloads = counter_vec(
+            "config_reloads_total",
+            "Configuration and key reloads, by result (ok, error).",
+            &["result"],
+        );
         let legacy_sessions_opened = IntCounter::new(
             "legacy_sessions_opened_total",
             "Legacy sessions opened (initialize succeeded).",
@@ -171,6 +186,10 @@ impl Metrics {
             legacy_sessions_active,
             upstream_duration,
             active_requests,
+            active_connections,
+            config_reloads,
+            draining,
+            key_ring_keys,
             max_rounds_exceeded,
             volatile_questions,
             limit_hits,

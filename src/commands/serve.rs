@@ -1,26 +1,54 @@
-//! `mrtr-gateway serve`: run the gateway until SIGTERM or SIGINT.
+//! `mrtr-gateway serve`: run the gateway, reload on change, drain on SIGTERM/SIGINT.
+//!
+//! The drain sequence: `/readyz` turns 503 at once (endpoints controllers stop sending new
+//! traffic), after `drain.readiness_delay` the listener stops accepting, in-flight requests
+//! get up to `drain.deadline` to finish, then the process exits 0. A second signal during the
+//! drain exits at once.
 
-use std::time::Duration;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::admin;
 use crate::config::Config;
 use crate::front::listener;
+use crate::front::tls::TlsReloader;
 use crate::gateway::Gateway;
+use crate::reload::Reloader;
+use crate::telemetry::LevelHandle;
 
-pub async fn run(config: Config) -> std::io::Result<()> {
+pub async fn run(
+    config: Config,
+    config_path: PathBuf,
+    log: Option<LevelHandle>,
+) -> std::io::Result<()> {
     let gw = Gateway::new(config);
-    let listener = tokio::net::TcpListener::bind(gw.config().listen.addr).await?;
+    let cfg = gw.config();
+    let tls = match &cfg.tls {
+        Some(files) => Some(Arc::new(
+            TlsReloader::load(files).map_err(std::io::Error::other)?,
+        )),
+        None => None,
+    };
+    let listener = tokio::net::TcpListener::bind(cfg.listen.addr).await?;
     let addr = listener.local_addr()?;
+    let background = CancellationToken::new();
+    if let Some(admin_addr) = cfg.admin.addr {
+        let admin_listener = tokio::net::TcpListener::bind(admin_addr).await?;
+        tracing::info!(addr = %admin_listener.local_addr()?, "admin listening (/metrics, /healthz, /readyz)");
+        tokio::spawn(admin::serve(gw.clone(), admin_listener, background.clone()));
+    }
     tracing::info!(
         %addr,
-        path = %gw.config().listen.path,
-        upstream = %gw.config().upstream.url,
+        path = %cfg.listen.path,
+        tls = tls.is_some(),
+        upstream = %gw.upstream().describe(),
         instance_id = %gw.instance_id,
         "mrtr-gateway listening"
     );
     let example = crate::config::decode_secret(crate::config::EXAMPLE_SECRET).ok();
-    for k in &gw.config().state.keys {
+    for k in &cfg.state.keys {
         if Some(k.secret) == example {
             tracing::warn!(key_id = %k.id, "state key uses the public example secret from config/gateway.toml; generate one with `mrtr-gateway keygen`");
         }
@@ -28,14 +56,39 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     if !addr.ip().is_loopback() {
         tracing::warn!(%addr, "listening on a non-loopback address without authentication");
     }
-    let shutdown = CancellationToken::new();
-    let signals = shutdown.clone();
+    let reloader = Reloader {
+        gw: gw.clone(),
+        config_path,
+        tls: tls.clone(),
+        log,
+    };
+    tokio::spawn(reloader.run(background.clone()));
+
+    let stop_accepting = CancellationToken::new();
+    let drain_gw = gw.clone();
+    let stop = stop_accepting.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
-        tracing::info!("shutdown signal received; draining");
-        signals.cancel();
+        drain_gw.start_draining();
+        let delay = drain_gw.config().drain.readiness_delay;
+        tracing::info!(?delay, "shutdown signal: readiness off, draining");
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = wait_for_signal() => {
+                tracing::warn!("second signal: exiting now");
+                std::process::exit(1);
+            }
+        }
+        tracing::info!("no longer accepting connections; finishing in-flight requests");
+        stop.cancel();
+        wait_for_signal().await;
+        tracing::warn!("second signal: exiting now");
+        std::process::exit(1);
     });
-    listener::serve(gw, listener, shutdown, Duration::from_secs(30)).await;
+    let deadline = cfg.drain.deadline;
+    drop(cfg);
+    listener::serve(gw.clone(), listener, tls, stop_accepting, deadline).await;
+    background.cancel();
     tracing::info!("mrtr-gateway stopped");
     Ok(())
 }

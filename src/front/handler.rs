@@ -1,6 +1,5 @@
 //! The request path for the modern MCP endpoint, phase by phase.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -9,7 +8,9 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::Value;
 
 use super::ingress::{self, Parsed};
+use super::listener::ConnInfo;
 use super::respond::{self, Body};
+use crate::config::Config;
 use crate::error::Rejection;
 use crate::gateway::Gateway;
 use crate::metrics::method_label;
@@ -59,22 +60,81 @@ fn accepts_sse(headers: &HeaderMap) -> bool {
     }
 }
 
+/// Whether a browser `Origin` may call the endpoint: listed in `listen.allowed_origins`, or,
+/// with an empty list, a loopback origin.
+fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
+    if !allowed.is_empty() {
+        return allowed.iter().any(|a| a == origin);
+    }
+    url::Url::parse(origin).is_ok_and(|u| match u.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    })
+}
+
 /// Serves one HTTP request on the gateway's listener.
 pub async fn handle(
     gw: Arc<Gateway>,
     req: Request<hyper::body::Incoming>,
-    _peer: SocketAddr,
+    conn: &ConnInfo,
 ) -> Response<Body> {
     gw.metrics.active_requests.inc();
     let _active = ActiveGuard(gw.metrics.active_requests.clone());
+    let cfg = gw.config();
+
+    // Phase 0: load shedding. A slot is held until the response body is done.
+    let Some(slot) = gw.try_request_slot() else {
+        gw.metrics
+            .limit_hits
+            .with_label_values(&["max_concurrent_requests"])
+            .inc();
+        let rej = Rejection::unavailable(
+            format!(
+                "the gateway is serving its limit of {} requests (listen.max_concurrent_requests); retry shortly",
+                cfg.listen.max_concurrent_requests
+            ),
+            "overloaded",
+        )
+        .with_header(header::RETRY_AFTER, "1");
+        return refuse(&gw, "other", None, rej);
+    };
+    let response = handle_inner(gw, req, conn, &cfg).await;
+    respond::with_guard(response, slot)
+}
+
+async fn handle_inner(
+    gw: Arc<Gateway>,
+    req: Request<hyper::body::Incoming>,
+    conn: &ConnInfo,
+    cfg: &Config,
+) -> Response<Body> {
+    // Origin: browsers send it; a page from elsewhere must not drive the user's tools.
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let ok = origin
+            .to_str()
+            .is_ok_and(|o| origin_allowed(o, &cfg.listen.allowed_origins));
+        if !ok {
+            let rej = Rejection::new(
+                StatusCode::FORBIDDEN,
+                crate::jsonrpc::codes::INVALID_REQUEST,
+                "this Origin is not allowed (listen.allowed_origins)",
+                crate::error::Fault::Client,
+                "origin_forbidden",
+            );
+            return refuse(&gw, "other", None, rej);
+        }
+    }
+    let _ = conn.peer;
 
     // Phase 1: the endpoint. Only `listen.path`, only POST (2026-07-28 has no GET stream and
     // no sessions to DELETE).
-    if req.uri().path() != gw.config().listen.path {
+    if req.uri().path() != cfg.listen.path {
         let rej = Rejection::new(
             StatusCode::NOT_FOUND,
             crate::jsonrpc::codes::INVALID_REQUEST,
-            format!("no MCP endpoint here; it is at {}", gw.config().listen.path),
+            format!("no MCP endpoint here; it is at {}", cfg.listen.path),
             crate::error::Fault::Client,
             "wrong_path",
         );
@@ -94,7 +154,7 @@ pub async fn handle(
 
     // Phase 2: the body, within its size limit.
     let (parts, body) = req.into_parts();
-    let limit = gw.config().listen.max_body_bytes;
+    let limit = cfg.listen.max_body_bytes;
     let bytes: Bytes = match Limited::new(body, limit).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
@@ -160,7 +220,7 @@ pub async fn handle(
         );
     }
     if r == Route::Discover {
-        let result = translate::discover(&snapshot.init, gw.config().caching.discover, false);
+        let result = translate::discover(&snapshot.init, cfg.caching.discover, false);
         let response = respond::json(
             StatusCode::OK,
             &crate::jsonrpc::result_response(&env.id, result.clone()),

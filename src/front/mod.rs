@@ -4,3 +4,4 @@ pub mod handler;
 pub mod ingress;
 pub mod listener;
 pub mod respond;
+pub mod tls;

@@ -158,3 +158,41 @@ where
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     r
 }
+
+/// A body that keeps `guard` alive until the body is dropped (its last byte sent, or the
+/// client gone): request slots and per-connection activity counters live that long.
+struct Guarded {
+    inner: Body,
+    _guard: Box<dyn Send>,
+}
+
+impl hyper::body::Body for Guarded {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Ties `guard`'s lifetime to the response body.
+pub fn with_guard(resp: Response<Body>, guard: impl Send + 'static) -> Response<Body> {
+    resp.map(|inner| {
+        Guarded {
+            inner,
+            _guard: Box::new(guard),
+        }
+        .boxed_unsync()
+    })
+}

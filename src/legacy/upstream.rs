@@ -28,6 +28,27 @@ impl Upstream {
         }
     }
 
+    /// Whether the legacy server accepts connections (readiness): a TCP connect within
+    /// `timeout`. Cheap on purpose; a full `initialize` happens on the next call anyway.
+    pub async fn probe(&self, timeout: std::time::Duration) -> Result<(), String> {
+        match self {
+            Upstream::Http(h) => {
+                let host = h.url.host_str().unwrap_or("localhost").to_string();
+                let port = h.url.port_or_known_default().unwrap_or(80);
+                match tokio::time::timeout(
+                    timeout,
+                    tokio::net::TcpStream::connect((host.as_str(), port)),
+                )
+                .await
+                {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => Err(format!("cannot connect to {host}:{port}: {e}")),
+                    Err(_) => Err(format!("no connection to {host}:{port} within {timeout:?}")),
+                }
+            }
+        }
+    }
+
     /// The legacy version the next session is expected to negotiate.
     pub fn request_version(&self) -> String {
         match self {

@@ -52,13 +52,19 @@ pub struct TooLarge {
     pub limit: usize,
 }
 
-/// Seals and opens states with the current key ring, enforcing size and expiry.
-pub struct StateCodec {
-    ring: ArcSwap<KeyRing>,
+/// The limits a codec applies; replaced whole on reload.
+#[derive(Debug, Clone, Copy)]
+pub struct StateLimits {
     pub ttl: Duration,
     pub max_bytes: usize,
     /// Tolerated clock difference between replicas when checking `exp` and `iat`.
     pub clock_skew: Duration,
+}
+
+/// Seals and opens states with the current key ring, enforcing size and expiry.
+pub struct StateCodec {
+    ring: ArcSwap<KeyRing>,
+    limits: ArcSwap<StateLimits>,
 }
 
 pub fn now_secs() -> u64 {
@@ -72,15 +78,29 @@ impl StateCodec {
     pub fn new(keys: &[StateKeySpec], ttl: Duration, max_bytes: usize) -> StateCodec {
         StateCodec {
             ring: ArcSwap::from_pointee(KeyRing::new(keys)),
-            ttl,
-            max_bytes,
-            clock_skew: Duration::from_secs(30),
+            limits: ArcSwap::from_pointee(StateLimits {
+                ttl,
+                max_bytes,
+                clock_skew: Duration::from_secs(30),
+            }),
         }
     }
 
-    pub fn with_clock_skew(mut self, skew: Duration) -> StateCodec {
-        self.clock_skew = skew;
+    pub fn with_clock_skew(self, clock_skew: Duration) -> StateCodec {
+        let limits = StateLimits {
+            clock_skew,
+            ..self.limits()
+        };
+        self.set_limits(limits);
         self
+    }
+
+    pub fn limits(&self) -> StateLimits {
+        **self.limits.load()
+    }
+
+    pub fn set_limits(&self, limits: StateLimits) {
+        self.limits.store(Arc::new(limits));
     }
 
     pub fn ring(&self) -> Arc<KeyRing> {
@@ -96,10 +116,11 @@ impl StateCodec {
     pub fn seal(&self, payload: &StatePayload) -> Result<(String, String), TooLarge> {
         let plain = serde_json::to_vec(payload).expect("state payload serializes");
         let (token, kid) = seal::seal(&self.ring.load(), &plain);
-        if token.len() > self.max_bytes {
+        let limit = self.limits().max_bytes;
+        if token.len() > limit {
             return Err(TooLarge {
                 size: token.len(),
-                limit: self.max_bytes,
+                limit,
             });
         }
         Ok((token, kid))
@@ -107,11 +128,12 @@ impl StateCodec {
 
     /// Opens a token and checks its expiry against `now` (Unix seconds).
     pub fn open(&self, token: &str, now: u64) -> Result<(StatePayload, String), StateError> {
+        let limits = self.limits();
         let (plain, kid) =
-            seal::open(&self.ring.load(), token, self.max_bytes).map_err(StateError::Open)?;
+            seal::open(&self.ring.load(), token, limits.max_bytes).map_err(StateError::Open)?;
         let payload: StatePayload =
             serde_json::from_slice(&plain).map_err(|_| StateError::BadPayload)?;
-        let skew = self.clock_skew.as_secs();
+        let skew = limits.clock_skew.as_secs();
         if now > payload.exp.saturating_add(skew) || payload.iat > now.saturating_add(skew) {
             return Err(StateError::Expired);
         }
@@ -123,7 +145,7 @@ impl StateCodec {
         StatePayload {
             id: payload::random_id(),
             iat: now,
-            exp: now + self.ttl.as_secs().max(1),
+            exp: now + self.limits().ttl.as_secs().max(1),
             prn: principal.to_string(),
             org: origin.to_string(),
             rnd: 0,
