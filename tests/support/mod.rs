@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod peers;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,807 @@
+//! Operating the gateway: admin endpoints, metrics values, reload, drain, TLS, limits, the CLI.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mrtr_gateway::client::ModernClient;
+use mrtr_gateway::config::Config;
+use mrtr_gateway::front::listener;
+use mrtr_gateway::front::tls::TlsReloader;
+use mrtr_gateway::gateway::Gateway;
+use mrtr_gateway::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
+use mrtr_gateway::reload::Reloader;
+use serde_json::{Value, json};
+use support::*;
+
+fn greet() -> Handlers {
+    Handlers::new()
+        .tool(
+            "greet",
+            "",
+            json!({"type": "object"}),
+            |ctx, _| async move {
+                let a = ctx.elicit_form("Name?", form("name")).await?;
+                Ok(tool_text(format!(
+                    "Hello {}",
+                    a["content"]["name"].as_str().unwrap_or("?")
+                )))
+            },
+        )
+        .tool("slow", "", json!({"type": "object"}), |_, a| async move {
+            let ms = a["ms"].as_u64().unwrap_or(500);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok(tool_text("slept"))
+        })
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let mut b = [0u8; 8];
+        getrandom::fill(&mut b).unwrap();
+        let p = std::env::temp_dir().join(format!(
+            "mrtr-ops-{}",
+            b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+async fn get(url: &str) -> (u16, Value) {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let resp = client.get(url.parse().unwrap()).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (
+        status,
+        serde_json::from_slice(&body)
+            .unwrap_or(Value::String(String::from_utf8_lossy(&body).into())),
+    )
+}
+
+async fn start_admin(gw: Arc<Gateway>) -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(mrtr_gateway::admin::serve(
+        gw,
+        l,
+        tokio_util::sync::CancellationToken::new(),
+    ));
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn health_and_readiness_mean_something() {
+    let env = env(greet()).await;
+    let admin = start_admin(env.gw.clone()).await;
+    let (s, body) = get(&format!("{admin}/healthz")).await;
+    assert_eq!((s, body["status"].as_str()), (200, Some("alive")));
+    let (s, body) = get(&format!("{admin}/readyz")).await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["checks"]["upstream"]["ok"], true);
+    env.gw.start_draining();
+    let (s, body) = get(&format!("{admin}/readyz")).await;
+    assert_eq!(s, 503);
+    assert_eq!(body["checks"]["draining"]["ok"], false);
+    let (s, text) = get(&format!("{admin}/metrics")).await;
+    assert_eq!(s, 200);
+    assert!(
+        text.as_str()
+            .unwrap()
+            .contains("mrtr_gateway_draining{instance_id=")
+    );
+    env.stop().await;
+
+    // A gateway whose legacy server is down is not ready.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (gw, running, _) =
+        start_gateway(config(&format!("http://127.0.0.1:{port}/mcp"), "", "", "")).await;
+    let admin = start_admin(gw.clone()).await;
+    let (s, body) = get(&format!("{admin}/readyz")).await;
+    assert_eq!(s, 503);
+    assert_eq!(body["checks"]["upstream"]["ok"], false);
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_count_a_flow_and_a_tampered_state() {
+    let env = env(greet()).await;
+    let c = env.client();
+    let (rounds, last) = c
+        .call_with_input(
+            "tools/call",
+            json!({"name": "greet", "arguments": {}}),
+            &mut answer,
+            4,
+        )
+        .await
+        .unwrap();
+    assert_eq!((rounds.len(), last.result_type()), (1, Some("complete")));
+    let state = rounds[0].exchange.result().unwrap()["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut tampered = state.clone().into_bytes();
+    // A byte in the middle of the ciphertext (the last one could make non-canonical base64).
+    let mid = tampered.len() / 2;
+    tampered[mid] = if tampered[mid] == b'A' { b'B' } else { b'A' };
+    let bad = c
+        .request(
+            "tools/call",
+            json!({"name": "greet", "arguments": {}, "requestState": String::from_utf8(tampered).unwrap()}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(bad.error_code(), Some(-32602));
+    let m = |name: &str, labels: &[(&str, &str)]| metric(&env.gw, name, labels);
+    assert_eq!(
+        m(
+            "mrtr_gateway_requests_total",
+            &[("method", "tools/call"), ("outcome", "input_required")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        m(
+            "mrtr_gateway_requests_total",
+            &[("method", "tools/call"), ("outcome", "complete")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        m(
+            "mrtr_gateway_requests_total",
+            &[("method", "tools/call"), ("outcome", "error")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        m(
+            "mrtr_gateway_input_required_total",
+            &[("method", "tools/call")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        m("mrtr_gateway_state_seals_total", &[("key_id", "k1")]),
+        1.0
+    );
+    assert_eq!(
+        m("mrtr_gateway_state_opens_total", &[("result", "ok")]),
+        1.0
+    );
+    assert_eq!(
+        m(
+            "mrtr_gateway_state_opens_total",
+            &[("result", "state_auth_failed")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        m(
+            "mrtr_gateway_rejections_total",
+            &[("reason", "state_auth_failed"), ("fault", "client")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        m("mrtr_gateway_retries_total", &[("path", "replayed")]),
+        1.0
+    );
+    assert_eq!(m("mrtr_gateway_state_bytes_count", &[]), 1.0);
+    assert!(m("mrtr_gateway_legacy_sessions_opened_total", &[]) >= 2.0);
+    env.stop().await;
+}
+
+fn write_key(dir: &Path, id: &str, byte: u8) {
+    use base64::Engine;
+    std::fs::write(
+        dir.join(id),
+        base64::engine::general_purpose::STANDARD.encode([byte; 32]),
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_keeps_the_old() {
+    let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
+        .await
+        .unwrap();
+    let dir = TempDir::new();
+    let keys = dir.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    write_key(&keys, "k2026-01-01", 1);
+    let cfg_path = dir.path().join("gateway.toml");
+    let toml = |max_rounds: u32| {
+        format!(
+            "[listen]\naddr = \"127.0.0.1:0\"\n[upstream]\nurl = \"{}\"\n[state]\nmax_rounds = {max_rounds}\nkeys_dir = \"keys\"\n",
+            legacy.url()
+        )
+    };
+    std::fs::write(&cfg_path, toml(16)).unwrap();
+    let (gw, running, url) = start_gateway(Config::load(&cfg_path).unwrap()).await;
+    let reloader = Reloader {
+        gw: gw.clone(),
+        config_path: cfg_path.clone(),
+        tls: None,
+        log: None,
+    };
+
+    // Background traffic for the whole test: every request must succeed.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let traffic = {
+        let url = url.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let c = ModernClient::new(&url);
+            let mut n = 0;
+            while !stop.is_cancelled() {
+                let (_, last) = c
+                    .call_with_input(
+                        "tools/call",
+                        json!({"name": "greet", "arguments": {}}),
+                        &mut answer,
+                        4,
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(last.result_type(), Some("complete"), "{:?}", last.message);
+                n += 1;
+            }
+            n
+        })
+    };
+
+    let c = ModernClient::new(&url);
+    let first = c
+        .request("tools/call", json!({"name": "greet", "arguments": {}}))
+        .await
+        .unwrap();
+    let old_state = first.result().unwrap()["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(old_state.starts_with("m1.k2026-01-01."));
+
+    // A newer key file becomes the sealing key; states sealed under the old key still open.
+    write_key(&keys, "k2026-02-01", 2);
+    std::fs::write(&cfg_path, toml(8)).unwrap();
+    reloader.reload_now().unwrap();
+    assert_eq!(gw.config().state.max_rounds, 8);
+    let next = c
+        .request("tools/call", json!({"name": "greet", "arguments": {}}))
+        .await
+        .unwrap();
+    assert!(
+        next.result().unwrap()["requestState"]
+            .as_str()
+            .unwrap()
+            .starts_with("m1.k2026-02-01.")
+    );
+    let answer_key = first.result().unwrap()["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let retry = |state: &str| {
+        json!({"name": "greet", "arguments": {}, "requestState": state,
+               "inputResponses": {answer_key.clone(): {"action": "accept", "content": {"name": "Ada"}}}})
+    };
+    let done = c.request("tools/call", retry(&old_state)).await.unwrap();
+    assert_eq!(text(done.result().unwrap()), "Hello Ada");
+
+    // A broken key file: the reload fails, the previous ring stays, the failure is counted.
+    std::fs::write(keys.join("k2026-03-01"), "not base64!").unwrap();
+    assert!(reloader.reload_now().is_err());
+    assert_eq!(
+        metric(
+            &gw,
+            "mrtr_gateway_config_reloads_total",
+            &[("result", "error")]
+        ),
+        1.0
+    );
+    assert_eq!(gw.codec.ring().sealing_key().id, "k2026-02-01");
+    std::fs::remove_file(keys.join("k2026-03-01")).unwrap();
+
+    // Removing the old key stops its states from opening.
+    std::fs::remove_file(keys.join("k2026-01-01")).unwrap();
+    reloader.reload_now().unwrap();
+    let refused = c.request("tools/call", retry(&old_state)).await.unwrap();
+    assert_eq!(refused.error_code(), Some(-32602));
+    assert_eq!(
+        metric(
+            &gw,
+            "mrtr_gateway_state_opens_total",
+            &[("result", "state_unknown_key")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &gw,
+            "mrtr_gateway_config_reloads_total",
+            &[("result", "ok")]
+        ),
+        2.0
+    );
+
+    stop.cancel();
+    let served = traffic.await.expect("no background request failed");
+    assert!(served > 0);
+    running.stop().await;
+    legacy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_changed_key_directory_is_picked_up_by_the_watcher() {
+    let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
+        .await
+        .unwrap();
+    let dir = TempDir::new();
+    let keys = dir.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    write_key(&keys, "a1", 1);
+    let cfg_path = dir.path().join("gateway.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "[upstream]\nurl = \"{}\"\n[state]\nkeys_dir = \"keys\"\n",
+            legacy.url()
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::new(Config::load(&cfg_path).unwrap());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(
+        Reloader {
+            gw: gw.clone(),
+            config_path: cfg_path,
+            tls: None,
+            log: None,
+        }
+        .run(shutdown.clone()),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await; // let the watch register
+    write_key(&keys, "b2", 2);
+    assert!(
+        eventually(Duration::from_secs(5), || gw.codec.ring().sealing_key().id
+            == "b2")
+        .await,
+        "the new key was not loaded"
+    );
+    assert_eq!(gw.codec.ring().ids(), vec!["b2", "a1"]);
+    shutdown.cancel();
+    legacy.shutdown().await;
+}
+
+#[tokio::test]
+async fn load_is_shed_with_503_and_retry_after() {
+    let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
+        .await
+        .unwrap();
+    let cfg = config(&legacy.url(), "", "", "");
+    let text = "[listen]\naddr = \"127.0.0.1:0\"\nmax_concurrent_requests = 1\n";
+    let mut limited = Config::from_toml_str(
+        &format!("{text}[upstream]\nurl = \"{}\"\n[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n", legacy.url()),
+        &[],
+        None,
+    )
+    .unwrap();
+    limited.upstream = cfg.upstream;
+    let (gw, running, url) = start_gateway(limited).await;
+    let slow = tokio::spawn({
+        let url = url.clone();
+        async move {
+            ModernClient::new(&url)
+                .request(
+                    "tools/call",
+                    json!({"name": "slow", "arguments": {"ms": 800}}),
+                )
+                .await
+        }
+    });
+    assert!(
+        eventually(Duration::from_secs(3), || metric(
+            &gw,
+            "mrtr_gateway_active_requests",
+            &[]
+        ) == 1.0)
+        .await
+    );
+    let shed = ModernClient::new(&url)
+        .request("tools/list", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(shed.status.as_u16(), 503);
+    assert_eq!(shed.headers.get("retry-after").unwrap(), "1");
+    assert_eq!(shed.error_code(), Some(-32603));
+    assert_eq!(
+        metric(
+            &gw,
+            "mrtr_gateway_limit_hits_total",
+            &[("limit", "max_concurrent_requests")]
+        ),
+        1.0
+    );
+    assert_eq!(text_of(&slow.await.unwrap().unwrap()), "slept");
+    // The slot came back.
+    let after = ModernClient::new(&url)
+        .request("tools/list", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(after.status.as_u16(), 200);
+    running.stop().await;
+    legacy.shutdown().await;
+}
+
+fn text_of(ex: &mrtr_gateway::client::Exchange) -> String {
+    text(ex.result().unwrap())
+}
+
+#[tokio::test]
+async fn origins_are_checked() {
+    let env = env(greet()).await;
+    let c = env.client();
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params": c.params_with_meta(json!({}))});
+    let send = |origin: &'static str| {
+        let mut h = ModernClient::routing_headers(&body);
+        h.insert("origin", origin.parse().unwrap());
+        c.send_raw(
+            http::Method::POST,
+            h,
+            serde_json::to_vec(&body).unwrap().into(),
+        )
+    };
+    let evil = send("https://evil.example").await.unwrap();
+    assert_eq!(evil.status.as_u16(), 403);
+    assert_eq!(evil.error_code(), Some(-32600));
+    let local = send("http://localhost:3000").await.unwrap();
+    assert_eq!(local.status.as_u16(), 200);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn idle_keep_alive_connections_are_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
+        .await
+        .unwrap();
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\nidle_timeout = \"700ms\"\n[upstream]\nurl = \"{}\"\n[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n",
+        legacy.url()
+    );
+    let (gw, running, _) = start_gateway(Config::from_toml_str(&text, &[], None).unwrap()).await;
+    let mut s = tokio::net::TcpStream::connect(running.addr).await.unwrap();
+    s.write_all(b"GET /mcp HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 405"));
+    // Nothing more is sent: the server closes the idle connection (EOF) within a few seconds.
+    let eof = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return true,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await;
+    assert_eq!(eof, Ok(true));
+    assert_eq!(
+        metric(
+            &gw,
+            "mrtr_gateway_limit_hits_total",
+            &[("limit", "idle_timeout")]
+        ),
+        1.0
+    );
+    running.stop().await;
+    legacy.shutdown().await;
+}
+
+#[tokio::test]
+async fn tls_front_reloads_certificates_and_mtls_requires_a_client_certificate() {
+    let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
+        .await
+        .unwrap();
+    let dir = TempDir::new();
+    let ca = support::tls::Ca::new("test CA");
+    let first = ca.leaf("gateway-1", &["localhost"]);
+    let client_ca = support::tls::Ca::new("client CA");
+    std::fs::write(dir.path().join("tls.crt"), &first.cert_pem).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &first.key_pem).unwrap();
+    std::fs::write(dir.path().join("ca.crt"), client_ca.pem()).unwrap();
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\n[upstream]\nurl = \"{}\"\n[tls]\ncert_file = \"tls.crt\"\nkey_file = \"tls.key\"\nclient_ca_file = \"ca.crt\"\nclient_auth = \"required\"\n[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n",
+        legacy.url()
+    );
+    let cfg = Config::from_toml_str(&text, &[], Some(dir.path())).unwrap();
+    let tls = Arc::new(TlsReloader::load(cfg.tls.as_ref().unwrap()).unwrap());
+    let gw = Gateway::new(cfg);
+    let running = listener::start_with_tls(
+        gw.clone(),
+        "127.0.0.1:0".parse().unwrap(),
+        Some(tls.clone()),
+    )
+    .await
+    .unwrap();
+    let client_cert = client_ca.leaf("alice", &["alice.example"]);
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{
+        "io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}});
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/list"),
+    ];
+    let bytes = serde_json::to_vec(&body).unwrap();
+
+    let (status, resp, served) = support::tls::post(
+        running.addr,
+        &ca.pem(),
+        Some(&client_cert),
+        "/mcp",
+        &headers,
+        &bytes,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&resp));
+    assert_eq!(served, first.der);
+
+    // Without a client certificate the handshake (or the first read) fails.
+    let refused = support::tls::post(running.addr, &ca.pem(), None, "/mcp", &headers, &bytes).await;
+    assert!(refused.is_err(), "{refused:?}");
+
+    // Swap the certificate on disk and reload: new connections get the new one, nothing else changes.
+    let second = ca.leaf("gateway-2", &["localhost"]);
+    std::fs::write(dir.path().join("tls.crt"), &second.cert_pem).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &second.key_pem).unwrap();
+    tls.reload().unwrap();
+    let (status, _, served) = support::tls::post(
+        running.addr,
+        &ca.pem(),
+        Some(&client_cert),
+        "/mcp",
+        &headers,
+        &bytes,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(served, second.der);
+    // A broken key file is refused and the current certificate stays.
+    std::fs::write(dir.path().join("tls.key"), "garbage").unwrap();
+    assert!(tls.reload().is_err());
+    let (status, _, served) = support::tls::post(
+        running.addr,
+        &ca.pem(),
+        Some(&client_cert),
+        "/mcp",
+        &headers,
+        &bytes,
+    )
+    .await
+    .unwrap();
+    assert_eq!((status, served), (200, second.der.clone()));
+    running.stop().await;
+    legacy.shutdown().await;
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn sigterm_drains_in_flight_calls_refuses_new_ones_and_exits_zero() {
+    let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
+        .await
+        .unwrap();
+    let dir = TempDir::new();
+    let (port, admin) = (free_port(), free_port());
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[listen]\naddr = \"127.0.0.1:{port}\"\n[admin]\naddr = \"127.0.0.1:{admin}\"\n[upstream]\nurl = \"{}\"\n[drain]\nreadiness_delay = \"700ms\"\ndeadline = \"10s\"\n[log]\nformat = \"text\"\n[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n",
+            legacy.url()
+        ),
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let admin_url = format!("http://127.0.0.1:{admin}");
+    assert!(
+        eventually_async(Duration::from_secs(10), || async {
+            std::net::TcpStream::connect(("127.0.0.1", admin)).is_ok()
+        })
+        .await,
+        "the gateway did not start"
+    );
+    let in_flight = tokio::spawn({
+        let url = url.clone();
+        async move {
+            ModernClient::new(&url)
+                .request(
+                    "tools/call",
+                    json!({"name": "slow", "arguments": {"ms": 1500}}),
+                )
+                .await
+        }
+    });
+    assert!(
+        legacy
+            .stats()
+            .wait_until(|s| s.tool_starts("slow") == 1, Duration::from_secs(5))
+            .await
+    );
+    let t0 = std::time::Instant::now();
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().unwrap().to_string()])
+        .status()
+        .unwrap();
+    // Readiness turns off at once.
+    assert!(
+        eventually_async(Duration::from_secs(2), || async {
+            get(&format!("{admin_url}/readyz")).await.0 == 503
+        })
+        .await
+    );
+    // After the readiness delay the listener refuses new connections.
+    assert!(
+        eventually_async(Duration::from_secs(5), || async {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        })
+        .await,
+        "still accepting after the readiness delay"
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_millis(600),
+        "stopped accepting before the delay"
+    );
+    // The call that was in flight completes normally.
+    let done = in_flight.await.unwrap().unwrap();
+    assert_eq!(text_of(&done), "slept");
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exits within the deadline")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    legacy.shutdown().await;
+}
+
+async fn eventually_async<F, Fut>(timeout: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if cond().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test]
+async fn check_config_exits_64_naming_the_key_and_the_environment_wins() {
+    let dir = TempDir::new();
+    let path = dir.path().join("g.toml");
+    let run = |vars: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"));
+        cmd.args(["check-config", "--config"]).arg(&path);
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let cases: &[(&str, &str)] = &[
+        ("[listen]\nbogus = 1\n", "listen"),
+        ("[state]\nttl = \"soon\"\n", "state.ttl"),
+        (
+            "[state]\nkeys_dir = \"/nonexistent/keys\"\n",
+            "state.keys_dir",
+        ),
+        (
+            "[[state.keys]]\nid = \"k1\"\nsecret = \"%%%\"\n",
+            "state.keys[0].secret",
+        ),
+        (
+            "[[state.keys]]\nid = \"k1\"\nsecret_file = \"/nonexistent\"\n",
+            "state.keys[0].secret_file",
+        ),
+        ("[listen]\naddr = \"nowhere\"\n", "listen.addr"),
+        ("", "state.keys"),
+    ];
+    for (text, key) in cases {
+        std::fs::write(&path, text).unwrap();
+        let out = run(&[]);
+        assert_eq!(out.status.code(), Some(64), "{text}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(key), "{text}: {err}");
+    }
+    let dup = format!(
+        "[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n"
+    );
+    std::fs::write(&path, dup).unwrap();
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("duplicate"));
+    // A valid file passes; an environment override beats it, and its errors name the variable.
+    std::fs::write(
+        &path,
+        format!("[state]\nttl = \"5m\"\n[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n"),
+    )
+    .unwrap();
+    let ok = run(&[]);
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("state ttl 300s"));
+    let over = run(&[("MRTR_GATEWAY__STATE__TTL", "90s")]);
+    assert!(String::from_utf8_lossy(&over.stdout).contains("state ttl 90s"));
+    let bad = run(&[("MRTR_GATEWAY__STATE__TTL", "whenever")]);
+    assert_eq!(bad.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("MRTR_GATEWAY__STATE__TTL"));
+    // The shipped example parses.
+    let example = run(&[]);
+    assert_eq!(example.status.code(), Some(0));
+    let shipped = std::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+        .args([
+            "check-config",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/gateway.toml"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        shipped.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&shipped.stderr)
+    );
+}
