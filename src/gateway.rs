@@ -18,7 +18,9 @@ use crate::legacy::http::HttpError;
 use crate::legacy::session::{Inbound, LegacySession, SessionError};
 use crate::legacy::upstream::Upstream;
 use crate::metrics::Metrics;
+use crate::mrtr::parking::ParkingLot;
 use crate::state::{KeyRing, StateCodec, StateLimits};
+use tokio_util::sync::CancellationToken;
 
 pub struct Gateway {
     config: ArcSwap<Config>,
@@ -35,6 +37,16 @@ pub struct Gateway {
     request_slots: Arc<Semaphore>,
     request_slots_size: AtomicUsize,
     upstream_probe: Mutex<Option<(Instant, Result<(), String>)>>,
+    /// Blocked legacy calls waiting for their retry on this replica.
+    pub parking: Arc<ParkingLot>,
+    /// Stops background tasks (the parking sweeper) when the gateway goes away.
+    background: CancellationToken,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.background.cancel();
+    }
 }
 
 /// The result of the readiness checks behind `/readyz`.
@@ -62,7 +74,21 @@ impl Gateway {
         let slots = config.listen.max_concurrent_requests;
         let metrics = Metrics::new(&instance_id);
         metrics.key_ring_keys.set(config.state.keys.len() as i64);
+        let parking = ParkingLot::new(
+            metrics.parked_calls.clone(),
+            metrics.parked_evictions.clone(),
+        );
+        let background = CancellationToken::new();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(
+                parking
+                    .clone()
+                    .run_sweeper(Duration::from_millis(500), background.clone()),
+            );
+        }
         Arc::new(Gateway {
+            parking,
+            background,
             draining: AtomicBool::new(false),
             request_slots: Arc::new(Semaphore::new(slots)),
             request_slots_size: AtomicUsize::new(slots),
@@ -135,6 +161,11 @@ impl Gateway {
     /// A slot for one request, or `None` when `listen.max_concurrent_requests` are in flight.
     pub fn try_request_slot(&self) -> Option<OwnedSemaphorePermit> {
         self.request_slots.clone().try_acquire_owned().ok()
+    }
+
+    /// Cancels every parked call upstream (shutdown).
+    pub async fn release_parked(&self) {
+        self.parking.clear().await;
     }
 
     pub fn start_draining(&self) {

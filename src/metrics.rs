@@ -27,6 +27,8 @@ pub struct Metrics {
     pub config_reloads: IntCounterVec,
     pub draining: IntGauge,
     pub key_ring_keys: IntGauge,
+    pub parked_calls: IntGauge,
+    pub parked_evictions: IntCounterVec,
     pub max_rounds_exceeded: IntCounterVec,
     pub volatile_questions: IntCounterVec,
     pub limit_hits: IntCounterVec,
@@ -159,6 +161,15 @@ impl Metrics {
             "1 while the gateway drains before exiting, else 0.",
         );
         let key_ring_keys = gauge("key_ring_keys", "State keys in the ring (the first seals).");
+        let parked_calls = gauge(
+            "parked_calls",
+            "Legacy calls parked now, waiting for their retry.",
+        );
+        let parked_evictions = counter_vec(
+            "parked_evictions_total",
+            "Parked calls cancelled without being resumed, by reason (expired, overflow, stream_ended, shutdown).",
+            &["reason"],
+        );
         let config_reloads = counter_vec(
             "config_reloads_total",
             "Configuration and key reloads, by result (ok, error).",
@@ -190,6 +201,8 @@ impl Metrics {
             config_reloads,
             draining,
             key_ring_keys,
+            parked_calls,
+            parked_evictions,
             max_rounds_exceeded,
             volatile_questions,
             limit_hits,

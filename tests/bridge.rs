@@ -65,14 +65,39 @@ async fn one_elicitation_round_then_complete() {
     assert_eq!(text(last.result().unwrap()), "Hello, name-answer!");
     let info = &last.result().unwrap()["_meta"]["io.modelcontextprotocol/serverInfo"];
     assert_eq!(info["name"], "legacy-mcp-server");
-    // Replay: the tool body ran once per round.
+    // Parked by default and resumed on this replica: the tool body ran once.
+    assert_eq!(env.legacy.stats().tool_starts("greet"), 1);
+    assert_eq!(
+        metric(&env.gw, "mrtr_gateway_retries_total", &[("path", "parked")]),
+        1.0
+    );
+    assert_eq!(metric(&env.gw, "mrtr_gateway_parked_calls", &[]), 0.0);
+    env.stop().await;
+}
+
+const REPLAY: &str = "[parking]\ndefault_policy = \"replay\"\n";
+
+#[tokio::test]
+async fn without_parking_every_round_replays_the_tool() {
+    let env = env_with(LegacyServerConfig::default(), greet_handlers(), "", REPLAY).await;
+    let (rounds, last) = greet_flow(&env).await;
+    assert_eq!(rounds.len(), 1);
+    assert_eq!(text(last.result().unwrap()), "Hello, name-answer!");
     assert_eq!(env.legacy.stats().tool_starts("greet"), 2);
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_retries_total",
+            &[("path", "replayed")]
+        ),
+        1.0
+    );
     env.stop().await;
 }
 
 #[tokio::test]
 async fn the_legacy_call_is_cancelled_and_its_session_deleted_when_input_is_required() {
-    let env = env(greet_handlers()).await;
+    let env = env_with(LegacyServerConfig::default(), greet_handlers(), "", REPLAY).await;
     let first = env
         .client()
         .request("tools/call", json!({"name": "greet", "arguments": {}}))
@@ -212,7 +237,11 @@ async fn three_parallel_requests_come_back_in_one_round() {
         text(last.result().unwrap()),
         "name-answer|sampled|file:///work/project"
     );
-    assert_eq!(env.legacy.stats().tool_starts("three"), 2);
+    assert_eq!(
+        env.legacy.stats().tool_starts("three"),
+        1,
+        "resumed from the parking lot"
+    );
     env.stop().await;
 }
 
@@ -234,7 +263,7 @@ async fn a_server_that_asks_something_new_every_time_ends_at_max_rounds() {
             }
         },
     );
-    let env = env_with(LegacyServerConfig::default(), h, "max_rounds = 3", "").await;
+    let env = env_with(LegacyServerConfig::default(), h, "max_rounds = 3", REPLAY).await;
     let (rounds, last) = env
         .client()
         .call_with_input(

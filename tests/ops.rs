@@ -207,10 +207,12 @@ async fn metrics_count_a_flow_and_a_tampered_state() {
         ),
         1.0
     );
+    assert_eq!(m("mrtr_gateway_retries_total", &[("path", "parked")]), 1.0);
     assert_eq!(
         m("mrtr_gateway_retries_total", &[("path", "replayed")]),
-        1.0
+        0.0
     );
+    assert_eq!(m("mrtr_gateway_parked_calls", &[]), 0.0);
     assert_eq!(m("mrtr_gateway_state_bytes_count", &[]), 1.0);
     assert!(m("mrtr_gateway_legacy_sessions_opened_total", &[]) >= 2.0);
     env.stop().await;

@@ -88,6 +88,8 @@ pub async fn run(
     let deadline = cfg.drain.deadline;
     drop(cfg);
     listener::serve(gw.clone(), listener, tls, stop_accepting, deadline).await;
+    // Parked calls will never be resumed by this process: cancel them upstream.
+    gw.release_parked().await;
     background.cancel();
     tracing::info!("mrtr-gateway stopped");
     Ok(())

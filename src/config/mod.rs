@@ -75,6 +75,46 @@ pub struct Config {
     pub tls: Option<TlsConfig>,
     pub drain: DrainConfig,
     pub replica: ReplicaConfig,
+    pub parking: ParkingConfig,
+}
+
+/// What happens to a blocked legacy call when the gateway returns `input_required`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParkPolicy {
+    /// Keep it alive on this replica; a retry elsewhere (or after expiry) replays.
+    ParkThenReplay,
+    /// Never park: every retry replays.
+    Replay,
+    /// Park, and never re-execute: if the parked call is gone, the retry fails.
+    ParkOnly,
+}
+
+#[derive(Debug, Clone)]
+pub struct ParkingRule {
+    pub method: String,
+    /// Tool or prompt name, or resource URI; `None` matches every call of `method`.
+    pub name: Option<String>,
+    pub policy: ParkPolicy,
+}
+
+#[derive(Debug, Clone)]
+pub struct ParkingConfig {
+    pub default_policy: ParkPolicy,
+    pub max_calls: usize,
+    pub max_per_principal: usize,
+    pub ttl: Duration,
+    pub max_buffered_bytes: usize,
+    pub rules: Vec<ParkingRule>,
+}
+
+impl ParkingConfig {
+    /// The policy for a call (`name` is the tool / prompt name or the resource URI).
+    pub fn policy_for(&self, method: &str, name: Option<&str>) -> ParkPolicy {
+        self.rules
+            .iter()
+            .find(|r| r.method == method && (r.name.is_none() || r.name.as_deref() == name))
+            .map_or(self.default_policy, |r| r.policy)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -422,7 +462,9 @@ impl Config {
                 ));
             },
         };
+        let parking = parking_config(&raw.parking, state.ttl)?;
         Ok(Config {
+            parking,
             listen,
             upstream,
             state,
@@ -549,6 +591,61 @@ fn load_keys(
         });
     }
     Ok(keys)
+}
+
+fn park_policy(key: &str, text: &str) -> Result<ParkPolicy, ConfigError> {
+    match text {
+        "park-then-replay" => Ok(ParkPolicy::ParkThenReplay),
+        "replay" => Ok(ParkPolicy::Replay),
+        "park-only" => Ok(ParkPolicy::ParkOnly),
+        other => Err(ConfigError::new(
+            key,
+            format!("must be \"park-then-replay\", \"replay\" or \"park-only\", not {other:?}"),
+        )),
+    }
+}
+
+fn parking_config(
+    raw: &raw::RawParking,
+    state_ttl: Duration,
+) -> Result<ParkingConfig, ConfigError> {
+    // Unset: two minutes, or the state TTL if that is shorter.
+    let ttl = if raw.ttl.is_empty() {
+        state_ttl.min(Duration::from_secs(120))
+    } else {
+        nonzero_duration("parking.ttl", &raw.ttl)?
+    };
+    if ttl > state_ttl {
+        return Err(ConfigError::new(
+            "parking.ttl",
+            "must not exceed state.ttl (a parked call cannot outlive the state that refers to it)",
+        ));
+    }
+    let mut rules = Vec::with_capacity(raw.rules.len());
+    for (i, r) in raw.rules.iter().enumerate() {
+        if !matches!(
+            r.method.as_str(),
+            "tools/call" | "prompts/get" | "resources/read"
+        ) {
+            return Err(ConfigError::new(
+                format!("parking.rules[{i}].method"),
+                "must be tools/call, prompts/get or resources/read",
+            ));
+        }
+        rules.push(ParkingRule {
+            method: r.method.clone(),
+            name: r.name.clone(),
+            policy: park_policy(&format!("parking.rules[{i}].policy"), &r.policy)?,
+        });
+    }
+    Ok(ParkingConfig {
+        default_policy: park_policy("parking.default_policy", &raw.default_policy)?,
+        max_calls: usize::try_from(raw.max_calls).unwrap_or(usize::MAX),
+        max_per_principal: usize::try_from(raw.max_per_principal).unwrap_or(usize::MAX),
+        ttl,
+        max_buffered_bytes: positive_size("parking.max_buffered_bytes", raw.max_buffered_bytes)?,
+        rules,
+    })
 }
 
 fn tls_config(

@@ -31,6 +31,8 @@ pub struct RawConfig {
     pub drain: RawDrain,
     #[serde(default)]
     pub replica: RawReplica,
+    #[serde(default)]
+    pub parking: RawParking,
 }
 
 #[derive(Debug, Deserialize)]
@@ -245,4 +247,37 @@ impl Default for RawDrain {
 #[serde(deny_unknown_fields, default)]
 pub struct RawReplica {
     pub id: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawParking {
+    pub default_policy: String,
+    pub max_calls: u64,
+    pub max_per_principal: u64,
+    pub ttl: String,
+    pub max_buffered_bytes: u64,
+    pub rules: Vec<RawParkingRule>,
+}
+
+impl Default for RawParking {
+    fn default() -> Self {
+        RawParking {
+            default_policy: "park-then-replay".into(),
+            max_calls: 1000,
+            max_per_principal: 100,
+            ttl: String::new(),
+            max_buffered_bytes: 1024 * 1024,
+            rules: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct RawParkingRule {
+    pub method: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub policy: String,
 }

@@ -1,7 +1,11 @@
 //! Multi Round-Trip Requests on top of a blocking legacy server: the engine and its parts.
 
+pub mod answers;
 pub mod engine;
 pub mod input_key;
 pub mod input_request;
 pub mod input_response;
 pub mod origin;
+pub mod parking;
+pub mod run;
+pub mod shape;

@@ -182,6 +182,7 @@ mod tests {
             Pending {
                 kind: InputKind::Roots,
                 elicitation_id: None,
+                shape: None,
             },
         );
         let (t, _) = c.seal(&p).unwrap();

@@ -46,6 +46,10 @@ pub struct Pending {
     /// The legacy `elicitationId` of a URL-mode elicitation, kept out of the client's view.
     #[serde(rename = "e", default, skip_serializing_if = "Option::is_none")]
     pub elicitation_id: Option<String>,
+    /// A short digest of the question with volatile content (digits, ids, timestamps) masked,
+    /// to spot a server that re-asks the "same" question with changing details.
+    #[serde(rename = "s", default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<String>,
 }
 
 /// Where a parked legacy call lives (a replica and a handle in its parking lot).

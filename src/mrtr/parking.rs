@@ -1,0 +1,303 @@
+//! The parking lot: blocked legacy calls kept alive until their retry comes back.
+//!
+//! When the engine ends a request with `input_required`, it may park the legacy call instead
+//! of cancelling it: the session, its streams and the server requests still waiting for
+//! answers. A retry that reaches this replica while the call is parked takes it back out
+//! ([`ParkingLot::take`], once) and answers the waiting requests — the tool body is not run
+//! again. Everything the legacy server sends meanwhile is buffered (up to
+//! `parking.max_buffered_bytes`); a parked call whose stream ends, whose buffer overflows, or
+//! whose `parking.ttl` passes is cancelled upstream (`notifications/cancelled` + session end)
+//! and dropped. Limits: `parking.max_calls` in all, `parking.max_per_principal` per principal;
+//! when either is reached new calls are simply not parked.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::input_key::KeyMinter;
+use super::run::Question;
+use crate::legacy::session::{Inbound, LegacySession, StreamTag};
+
+/// What a parked call needs to resume.
+pub struct ParkedCall {
+    pub session: LegacySession,
+    pub call_id: i64,
+    /// Questions the legacy server is blocked on, with their server-request ids.
+    pub waiting: Vec<Question>,
+    pub minter: KeyMinter,
+    /// The request `method` and its target name, for logs.
+    pub what: String,
+}
+
+/// A call taken back out of the lot, with everything that arrived while it was parked.
+pub struct Resumed {
+    pub call: ParkedCall,
+    pub inbound: mpsc::Receiver<Inbound>,
+    pub backlog: Vec<Inbound>,
+}
+
+/// Why a parked call left the lot without being resumed (metrics label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    Expired,
+    Overflow,
+    StreamEnded,
+    Shutdown,
+}
+
+impl Eviction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Eviction::Expired => "expired",
+            Eviction::Overflow => "overflow",
+            Eviction::StreamEnded => "stream_ended",
+            Eviction::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// How the buffering task stopped.
+enum Watch {
+    /// Asked to stop (resume or eviction).
+    Stopped,
+    Broken(Eviction),
+}
+
+struct Slot {
+    call: ParkedCall,
+    principal: String,
+    expires: Instant,
+    stop: CancellationToken,
+    watcher: tokio::task::JoinHandle<(mpsc::Receiver<Inbound>, Vec<Inbound>, Watch)>,
+}
+
+#[derive(Default)]
+struct Inner {
+    slots: HashMap<String, Slot>,
+    per_principal: HashMap<String, usize>,
+}
+
+pub struct ParkingLot {
+    inner: Mutex<Inner>,
+    gauge: prometheus::IntGauge,
+    evictions: prometheus::IntCounterVec,
+}
+
+/// Buffers what a parked call receives; stops on request, on overflow or when the call's
+/// stream ends (the legacy server gave up or crashed).
+async fn buffer(
+    mut rx: mpsc::Receiver<Inbound>,
+    call_id: i64,
+    limit: usize,
+    stop: CancellationToken,
+) -> (mpsc::Receiver<Inbound>, Vec<Inbound>, Watch) {
+    let mut backlog = Vec::new();
+    let mut bytes = 0usize;
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return (rx, backlog, Watch::Stopped),
+            item = rx.recv() => match item {
+                None => return (rx, backlog, Watch::Broken(Eviction::StreamEnded)),
+                Some(item) => {
+                    let ended = matches!(&item, Inbound::Ended { stream: StreamTag::Call(id), .. } if *id == call_id);
+                    if let Inbound::Message(_, m) = &item {
+                        bytes += m.to_string().len();
+                    }
+                    backlog.push(item);
+                    if ended {
+                        return (rx, backlog, Watch::Broken(Eviction::StreamEnded));
+                    }
+                    if bytes > limit {
+                        return (rx, backlog, Watch::Broken(Eviction::Overflow));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl ParkingLot {
+    pub fn new(
+        gauge: prometheus::IntGauge,
+        evictions: prometheus::IntCounterVec,
+    ) -> Arc<ParkingLot> {
+        Arc::new(ParkingLot {
+            inner: Mutex::new(Inner::default()),
+            gauge,
+            evictions,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Parks `call` under a fresh handle, or gives it back when a limit is reached.
+    #[allow(clippy::too_many_arguments)]
+    pub fn park(
+        &self,
+        call: ParkedCall,
+        inbound: mpsc::Receiver<Inbound>,
+        principal: &str,
+        ttl: Duration,
+        max_calls: usize,
+        max_per_principal: usize,
+        max_buffered_bytes: usize,
+    ) -> Result<String, Box<(ParkedCall, mpsc::Receiver<Inbound>)>> {
+        let mut inner = self.lock();
+        let mine = inner.per_principal.get(principal).copied().unwrap_or(0);
+        if inner.slots.len() >= max_calls || mine >= max_per_principal {
+            return Err(Box::new((call, inbound)));
+        }
+        let handle = crate::state::payload::random_id();
+        let stop = CancellationToken::new();
+        let watcher = tokio::spawn(buffer(
+            inbound,
+            call.call_id,
+            max_buffered_bytes,
+            stop.clone(),
+        ));
+        inner.slots.insert(
+            handle.clone(),
+            Slot {
+                call,
+                principal: principal.to_string(),
+                expires: Instant::now() + ttl,
+                stop,
+                watcher,
+            },
+        );
+        *inner
+            .per_principal
+            .entry(principal.to_string())
+            .or_insert(0) += 1;
+        self.gauge.set(inner.slots.len() as i64);
+        Ok(handle)
+    }
+
+    fn remove(&self, handle: &str) -> Option<Slot> {
+        let mut inner = self.lock();
+        let slot = inner.slots.remove(handle)?;
+        if let Some(n) = inner.per_principal.get_mut(&slot.principal) {
+            *n -= 1;
+            if *n == 0 {
+                inner.per_principal.remove(&slot.principal);
+            }
+        }
+        self.gauge.set(inner.slots.len() as i64);
+        Some(slot)
+    }
+
+    /// Takes a parked call back out for `principal`: at most once per handle. `None` when it
+    /// is unknown, expired, broken, or parked for someone else.
+    pub async fn take(&self, handle: &str, principal: &str) -> Option<Resumed> {
+        {
+            let inner = self.lock();
+            let slot = inner.slots.get(handle)?;
+            if slot.principal != principal {
+                return None;
+            }
+        }
+        let slot = self.remove(handle)?;
+        let expired = slot.expires <= Instant::now();
+        slot.stop.cancel();
+        let (inbound, backlog, watch) = slot.watcher.await.ok()?;
+        let reason = match watch {
+            Watch::Broken(r) => Some(r),
+            Watch::Stopped if expired => Some(Eviction::Expired),
+            Watch::Stopped => None,
+        };
+        match reason {
+            None => Some(Resumed {
+                call: slot.call,
+                inbound,
+                backlog,
+            }),
+            Some(r) => {
+                self.release(slot.call, r).await;
+                None
+            }
+        }
+    }
+
+    /// Cancels a call upstream and ends its session.
+    async fn release(&self, call: ParkedCall, why: Eviction) {
+        self.evictions.with_label_values(&[why.as_str()]).inc();
+        tracing::info!(call = %call.what, reason = why.as_str(), "parked call released");
+        let _ = call.session.cancel(call.call_id, why.as_str()).await;
+        call.session.close().await;
+    }
+
+    /// Evicts expired or broken calls; returns how many left.
+    pub async fn sweep(&self) -> usize {
+        let now = Instant::now();
+        let due: Vec<(String, Option<Eviction>)> = self
+            .lock()
+            .slots
+            .iter()
+            .filter_map(|(h, s)| {
+                if s.expires <= now {
+                    Some((h.clone(), Some(Eviction::Expired)))
+                } else if s.watcher.is_finished() {
+                    Some((h.clone(), None))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let mut n = 0;
+        for (handle, reason) in due {
+            let Some(slot) = self.remove(&handle) else {
+                continue;
+            };
+            slot.stop.cancel();
+            let why = match slot.watcher.await {
+                Ok((_, _, Watch::Broken(r))) => r,
+                _ => reason.unwrap_or(Eviction::Expired),
+            };
+            self.release(slot.call, why).await;
+            n += 1;
+        }
+        n
+    }
+
+    /// Cancels every parked call (shutdown).
+    pub async fn clear(&self) {
+        let handles: Vec<String> = self.lock().slots.keys().cloned().collect();
+        for h in handles {
+            if let Some(slot) = self.remove(&h) {
+                slot.stop.cancel();
+                let _ = slot.watcher.await;
+                self.release(slot.call, Eviction::Shutdown).await;
+            }
+        }
+    }
+
+    /// Sweeps every `period` until `shutdown`, then clears the lot.
+    pub async fn run_sweeper(self: Arc<Self>, period: Duration, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    self.clear().await;
+                    return;
+                }
+                _ = tick.tick() => {
+                    self.sweep().await;
+                }
+            }
+        }
+    }
+}

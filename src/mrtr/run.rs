@@ -1,0 +1,509 @@
+//! One legacy call in flight, and the capture loop that reads it.
+//!
+//! A [`Run`] owns a legacy session with the modern request's call sent on it. [`Run::capture`]
+//! reads everything the session delivers — the call's stream and the GET stream, through one
+//! channel — until the call's response arrives (`Captured::Final`) or the client must answer
+//! something (`Captured::NeedInput`). A run can also be rebuilt from a parked call
+//! ([`Run::resumed`]); its capture then starts with what arrived while it was parked.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use http::StatusCode;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tokio::time::sleep_until;
+use tokio_util::sync::CancellationToken;
+
+use super::answers::AnswerBook;
+use super::input_key::KeyMinter;
+use super::input_request::{kind_of, missing_capability, to_input_request};
+use super::parking::{ParkedCall, Resumed};
+use super::shape::shape;
+use crate::error::{Fault, Rejection};
+use crate::gateway::{Gateway, session_rejection};
+use crate::jsonrpc::{self, ErrorObject, MessageKind, codes};
+use crate::legacy::capabilities::Declared;
+use crate::legacy::session::{Inbound, LegacySession, SessionError, StreamTag};
+use crate::metrics::method_label;
+use crate::protocol::meta::{RequestMeta, log_level_rank};
+use crate::state::InputKind;
+
+/// One modern request, as the engine needs it.
+pub struct Call {
+    pub id: Value,
+    pub method: String,
+    pub params: Value,
+    pub meta: RequestMeta,
+    pub principal: String,
+    /// Headers to send on every upstream request of this call (credentials, trace context).
+    pub upstream_headers: http::HeaderMap,
+}
+
+impl Call {
+    /// The tool or prompt name, or the resource URI.
+    pub fn target(&self) -> Option<&str> {
+        let member = match self.method.as_str() {
+            "resources/read" => "uri",
+            _ => "name",
+        };
+        self.params.get(member).and_then(Value::as_str)
+    }
+
+    /// "tool \"x\"", "prompt \"y\"", "resource \"z\"" for messages.
+    pub fn describe(&self) -> String {
+        let what = match self.method.as_str() {
+            "tools/call" => "tool",
+            "prompts/get" => "prompt",
+            "resources/read" => "resource",
+            other => other,
+        };
+        format!("{what} {:?}", self.target().unwrap_or("?"))
+    }
+}
+
+/// Where request-scoped notifications go: the client's SSE response, if it can take one.
+pub struct Sink {
+    tx: Option<mpsc::Sender<Value>>,
+}
+
+impl Sink {
+    pub fn new(tx: Option<mpsc::Sender<Value>>) -> Sink {
+        Sink { tx }
+    }
+
+    /// Sends a notification; `false` when the client has gone away.
+    async fn send(&self, msg: Value) -> bool {
+        match &self.tx {
+            Some(tx) => tx.send(msg).await.is_ok(),
+            None => true,
+        }
+    }
+}
+
+/// One question the legacy server is waiting on.
+pub struct Question {
+    pub key: String,
+    pub kind: InputKind,
+    /// The `inputRequests` entry.
+    pub request: Value,
+    pub elicitation_id: Option<String>,
+    /// The server's id for this request (needed to answer it if the call is parked).
+    pub server_id: Value,
+    pub shape: String,
+}
+
+/// What to do with server requests during capture.
+pub enum Mode<'a> {
+    Mrtr {
+        book: &'a mut AnswerBook,
+        declared: &'a Declared,
+        minter: KeyMinter,
+        /// Shapes of the questions the previous round asked, by shape → key.
+        prior_shapes: HashMap<String, String>,
+    },
+    Forward,
+}
+
+pub enum Captured {
+    /// The legacy JSON-RPC response to the call.
+    Final(Value),
+    /// Questions the client must answer.
+    NeedInput(Vec<Question>),
+}
+
+/// A legacy session with the modern request's call in flight.
+pub struct Run<'g> {
+    gw: &'g Gateway,
+    session: Option<LegacySession>,
+    inbound: mpsc::Receiver<Inbound>,
+    call_id: i64,
+    backlog: std::collections::VecDeque<Inbound>,
+}
+
+/// The call's params as the legacy server should see them: no MRTR members, and of `_meta`
+/// only what legacy servers understand (progress token, trace context).
+fn legacy_params(params: &Value) -> Value {
+    let mut p = params.as_object().cloned().unwrap_or_default();
+    p.remove("inputResponses");
+    p.remove("requestState");
+    if let Some(Value::Object(meta)) = p.remove("_meta") {
+        let kept: Map<String, Value> = meta
+            .into_iter()
+            .filter(|(k, _)| {
+                matches!(
+                    k.as_str(),
+                    "progressToken" | "traceparent" | "tracestate" | "baggage"
+                )
+            })
+            .collect();
+        if !kept.is_empty() {
+            p.insert("_meta".into(), Value::Object(kept));
+        }
+    }
+    Value::Object(p)
+}
+
+fn client_gone() -> Rejection {
+    Rejection::new(
+        StatusCode::BAD_REQUEST,
+        codes::INTERNAL_ERROR,
+        "the client closed the request",
+        Fault::Client,
+        "client_cancelled",
+    )
+}
+
+impl<'g> Run<'g> {
+    /// Opens a session declaring `declared` and sends the call (one fresh session if the
+    /// server forgot the first before the call arrived).
+    pub async fn start(
+        gw: &'g Gateway,
+        call: &Call,
+        declared: &Declared,
+    ) -> Result<Run<'g>, Rejection> {
+        let params = legacy_params(&call.params);
+        for attempt in 0..2 {
+            let (mut session, inbound) = gw
+                .open_session(declared, call.upstream_headers.clone())
+                .await?;
+            if let Some(level) = &call.meta.log_level
+                && session
+                    .init_result()
+                    .pointer("/capabilities/logging")
+                    .is_some()
+            {
+                // Per-call session: a session-wide level is this request's level.
+                let _ = session
+                    .request("logging/setLevel", Some(json!({"level": level})))
+                    .await;
+            }
+            match session.request(&call.method, Some(params.clone())).await {
+                Ok(call_id) => {
+                    return Ok(Run {
+                        gw,
+                        session: Some(session),
+                        inbound,
+                        call_id,
+                        backlog: Default::default(),
+                    });
+                }
+                Err(SessionError::Expired) if attempt == 0 => {
+                    tracing::info!("legacy session expired before the call; re-initializing once");
+                    session.discard_expired();
+                }
+                Err(e) => {
+                    session.close().await;
+                    return Err(session_rejection(&e));
+                }
+            }
+        }
+        Err(Rejection::upstream(
+            "the legacy server expired two fresh sessions in a row",
+            "upstream_session_expired",
+        ))
+    }
+
+    /// A run rebuilt from a parked call; returns it with the questions the server is still
+    /// waiting on and the key minter of that execution.
+    pub fn resumed(gw: &'g Gateway, r: Resumed) -> (Run<'g>, Vec<Question>, KeyMinter) {
+        let ParkedCall {
+            session,
+            call_id,
+            waiting,
+            minter,
+            ..
+        } = r.call;
+        (
+            Run {
+                gw,
+                session: Some(session),
+                inbound: r.inbound,
+                call_id,
+                backlog: r.backlog.into(),
+            },
+            waiting,
+            minter,
+        )
+    }
+
+    fn session(&self) -> &LegacySession {
+        self.session
+            .as_ref()
+            .expect("session is open while the run lives")
+    }
+
+    pub fn init_result(&self) -> &Value {
+        self.session().init_result()
+    }
+
+    /// Ends the legacy call: tells the server to stop, then ends the session.
+    pub async fn abandon(&mut self, reason: &str) {
+        if let Some(s) = self.session.take() {
+            let _ = s.cancel(self.call_id, reason).await;
+            s.close().await;
+        }
+    }
+
+    /// Ends the session after a clean completion.
+    pub async fn finish(&mut self) {
+        if let Some(s) = self.session.take() {
+            s.close().await;
+        }
+    }
+
+    /// Hands the live call over for parking.
+    pub fn into_parked(
+        mut self,
+        waiting: Vec<Question>,
+        minter: KeyMinter,
+        what: String,
+    ) -> (ParkedCall, mpsc::Receiver<Inbound>) {
+        let session = self
+            .session
+            .take()
+            .expect("session is open while the run lives");
+        let call = ParkedCall {
+            session,
+            call_id: self.call_id,
+            waiting,
+            minter,
+            what,
+        };
+        (call, self.inbound)
+    }
+
+    async fn answer(
+        &self,
+        id: &Value,
+        outcome: Result<Value, ErrorObject>,
+    ) -> Result<(), Rejection> {
+        self.session()
+            .respond(id, outcome)
+            .await
+            .map_err(|e| session_rejection(&e))
+    }
+
+    /// Answers the questions a resumed call was waiting on from `book`; returns those still
+    /// unanswered.
+    pub async fn answer_waiting(
+        &self,
+        waiting: Vec<Question>,
+        book: &mut AnswerBook,
+    ) -> Result<Vec<Question>, Rejection> {
+        let mut still = Vec::new();
+        for q in waiting {
+            match book.answer(&q.key, q.kind)? {
+                Some(answer) => self.answer(&q.server_id, Ok(answer)).await?,
+                None => still.push(q),
+            }
+        }
+        Ok(still)
+    }
+
+    async fn next_item(&mut self) -> Option<Inbound> {
+        match self.backlog.pop_front() {
+            Some(item) => Some(item),
+            None => self.inbound.recv().await,
+        }
+    }
+
+    /// Reads until the call's response or until questions for the client are gathered.
+    /// `questions` may start non-empty (a resumed call still waiting on some): the gather
+    /// window then starts at once.
+    pub async fn capture(
+        &mut self,
+        call: &Call,
+        mode: &mut Mode<'_>,
+        sink: &Sink,
+        cancel: &CancellationToken,
+        deadline: Instant,
+        mut questions: Vec<Question>,
+    ) -> Result<Captured, Rejection> {
+        let gather_window = self.gw.config().mrtr.gather_window;
+        let mut gather_until: Option<tokio::time::Instant> =
+            (!questions.is_empty()).then(|| tokio::time::Instant::now() + gather_window);
+        let deadline = tokio::time::Instant::from_std(deadline);
+        loop {
+            let gather = async {
+                match gather_until {
+                    Some(t) => sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(client_gone()),
+                item = self.next_item() => {
+                    let Some(item) = item else {
+                        return Err(Rejection::upstream("the legacy session ended unexpectedly", "upstream_stream_broken"));
+                    };
+                    match item {
+                        Inbound::Message(_, msg) => match jsonrpc::classify(&msg) {
+                            MessageKind::Request => {
+                                if let Some(q) = self.on_server_request(call, &msg, mode).await? {
+                                    questions.push(q);
+                                    gather_until.get_or_insert_with(|| tokio::time::Instant::now() + gather_window);
+                                }
+                            }
+                            MessageKind::Notification => {
+                                if !self.on_notification(call, msg, sink).await {
+                                    return Err(client_gone());
+                                }
+                            }
+                            MessageKind::Response => {
+                                if msg.get("id") == Some(&json!(self.call_id)) {
+                                    return Ok(Captured::Final(msg));
+                                }
+                            }
+                            MessageKind::Invalid => {
+                                tracing::warn!("ignoring a message from the legacy server that is not JSON-RPC");
+                            }
+                        },
+                        Inbound::Ended { stream: StreamTag::Call(id), error } if id == self.call_id => {
+                            let detail = error.map(|e| format!(": {e}")).unwrap_or_default();
+                            return Err(Rejection::upstream(
+                                format!("the legacy server ended the {} stream without a response{detail}", call.method),
+                                "upstream_stream_broken",
+                            ));
+                        }
+                        Inbound::Ended { stream: StreamTag::Get, error } => {
+                            tracing::debug!(?error, "legacy GET stream ended");
+                        }
+                        Inbound::Ended { .. } => {}
+                    }
+                }
+                _ = gather => return Ok(Captured::NeedInput(questions)),
+                _ = sleep_until(deadline) => {
+                    return Err(Rejection::upstream_timeout(
+                        format!("the legacy server did not finish {} within upstream.call_timeout", call.method),
+                        "call_timeout",
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Handles one server request. Returns a question when the client must answer it.
+    async fn on_server_request(
+        &self,
+        call: &Call,
+        msg: &Value,
+        mode: &mut Mode<'_>,
+    ) -> Result<Option<Question>, Rejection> {
+        let id = msg.get("id").cloned().unwrap_or(Value::Null);
+        let method = msg
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let params = msg.get("params").filter(|p| !p.is_null());
+        tracing::debug!(%method, server_request_id = %id, "legacy server request");
+        if method == "ping" {
+            self.answer(&id, Ok(json!({}))).await?;
+            return Ok(None);
+        }
+        let Some(kind) = kind_of(method, params) else {
+            self.answer(
+                &id,
+                Err(ErrorObject::new(
+                    codes::METHOD_NOT_FOUND,
+                    format!("method not found: {method}"),
+                )),
+            )
+            .await?;
+            return Ok(None);
+        };
+        let Mode::Mrtr {
+            book,
+            declared,
+            minter,
+            prior_shapes,
+        } = mode
+        else {
+            let refusal = ErrorObject::new(
+                codes::INVALID_PARAMS,
+                format!(
+                    "{method} cannot be answered during {}: the client can only be asked during tools/call, prompts/get and resources/read",
+                    call.method
+                ),
+            );
+            self.answer(&id, Err(refusal)).await?;
+            return Ok(None);
+        };
+        if let Some(required) = missing_capability(kind, params, declared) {
+            let refusal = ErrorObject::new(
+                codes::INVALID_PARAMS,
+                "the client did not declare this capability",
+            );
+            let _ = self.answer(&id, Err(refusal)).await;
+            return Err(Rejection::missing_capability(
+                required,
+                &format!("the legacy server sent {method} ({})", kind.as_str()),
+            ));
+        }
+        let key = minter.mint(method, params);
+        if let Some(answer) = book.answer(&key, kind)? {
+            self.answer(&id, Ok(answer)).await?;
+            return Ok(None);
+        }
+        let shape = shape(method, params);
+        if let Some(previous) = prior_shapes.get(&shape)
+            && *previous != key
+        {
+            self.gw
+                .metrics
+                .volatile_questions
+                .with_label_values(&[method_label(&call.method)])
+                .inc();
+            tracing::warn!(
+                call = %call.describe(),
+                previous_key = %previous,
+                new_key = %key,
+                "the legacy server re-asked last round's question with different volatile details \
+                 (a timestamp, counter or id?); replay cannot converge until its questions are deterministic"
+            );
+        }
+        let (request, elicitation_id) = to_input_request(method, params, kind);
+        Ok(Some(Question {
+            key,
+            kind,
+            request,
+            elicitation_id,
+            server_id: id,
+            shape,
+        }))
+    }
+
+    /// Relays request-scoped notifications. Returns `false` if the client has gone.
+    async fn on_notification(&self, call: &Call, msg: Value, sink: &Sink) -> bool {
+        let method = msg
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match method {
+            "notifications/progress" => {
+                let token = msg.pointer("/params/progressToken");
+                if call.meta.progress_token.is_some() && token == call.meta.progress_token.as_ref()
+                {
+                    return sink.send(msg).await;
+                }
+            }
+            "notifications/message" => {
+                let Some(min) = call.meta.log_level.as_deref().and_then(log_level_rank) else {
+                    return true; // no logLevel in the request: no log messages at all
+                };
+                let level = msg
+                    .pointer("/params/level")
+                    .and_then(Value::as_str)
+                    .and_then(log_level_rank);
+                if level.is_some_and(|l| l >= min) {
+                    return sink.send(msg).await;
+                }
+            }
+            // Session-wide notifications (list_changed, resources/updated) are not this request's;
+            // notifications/elicitation/complete has no modern counterpart.
+            _ => {}
+        }
+        true
+    }
+}
