@@ -16,6 +16,7 @@ pub mod legacy_server;
 pub mod metrics;
 pub mod mrtr;
 pub mod protocol;
+pub mod single_use;
 pub mod state;
 pub mod telemetry;
 pub mod translate;

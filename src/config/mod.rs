@@ -70,6 +70,7 @@ pub struct Config {
     pub discover: DiscoverConfig,
     pub caching: CachingConfig,
     pub log: LogConfig,
+    pub single_use: crate::single_use::SingleUseConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -307,6 +308,7 @@ impl Config {
                 }
             },
         };
+        let single_use = crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir)?;
         Ok(Config {
             listen,
             upstream,
@@ -315,6 +317,7 @@ impl Config {
             discover,
             caching,
             log,
+            single_use,
         })
     }
 }

@@ -23,6 +23,8 @@ pub struct RawConfig {
     pub caching: RawCaching,
     #[serde(default)]
     pub log: RawLog,
+    #[serde(default)]
+    pub single_use: crate::single_use::config::RawSingleUse,
 }
 
 #[derive(Debug, Deserialize)]
