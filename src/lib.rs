@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod mrtr;
 pub mod protocol;
 pub mod reload;
+pub mod single_use;
 pub mod state;
 pub mod telemetry;
 pub mod translate;

@@ -76,6 +76,7 @@ pub struct Config {
     pub drain: DrainConfig,
     pub replica: ReplicaConfig,
     pub parking: ParkingConfig,
+    pub single_use: crate::single_use::SingleUseConfig,
 }
 
 /// What happens to a blocked legacy call when the gateway returns `input_required`.
@@ -463,6 +464,7 @@ impl Config {
             },
         };
         let parking = parking_config(&raw.parking, state.ttl)?;
+        let single_use = crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir)?;
         Ok(Config {
             parking,
             listen,
@@ -476,6 +478,7 @@ impl Config {
             tls,
             drain,
             replica,
+            single_use,
         })
     }
 }

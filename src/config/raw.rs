@@ -33,6 +33,8 @@ pub struct RawConfig {
     pub replica: RawReplica,
     #[serde(default)]
     pub parking: RawParking,
+    #[serde(default)]
+    pub single_use: crate::single_use::config::RawSingleUse,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,0 +1,107 @@
+//! The single-use store's metrics, registered once and shared by every store built later.
+//!
+//! Stores are rebuilt when the configuration is reloaded, but a metric can be registered only
+//! once, so the counters live apart from the store: register them at start-up with
+//! [`SingleUseMetrics::register`] and hand a clone to each store. Names below are given without
+//! the registry's `mrtr_gateway_` prefix; every label value is one of the fixed strings listed.
+
+use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+
+/// `claims_total{result}` label values.
+pub const CLAIM_RESULTS: &[&str] = &["acquired", "in_progress", "done", "not_kept"];
+/// `outcomes_total{result}` label values.
+pub const OUTCOME_RESULTS: &[&str] = &["kept", "too_large", "over_total", "none", "no_claim"];
+/// `errors_total{reason}` label values.
+pub const ERROR_REASONS: &[&str] = &["full", "unavailable", "timeout", "invalid_id"];
+
+#[derive(Clone)]
+pub struct SingleUseMetrics {
+    /// `single_use_claims_total{result}`: claims by what they found.
+    pub claims: IntCounterVec,
+    /// `single_use_outcomes_total{result}`: completions, by whether the outcome was kept.
+    pub outcomes: IntCounterVec,
+    /// `single_use_errors_total{reason}`: store failures (each one refused a call).
+    pub errors: IntCounterVec,
+    /// `single_use_entries`: ids held by the memory store (0 with Redis).
+    pub entries: IntGauge,
+}
+
+impl SingleUseMetrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub fn register(registry: &Registry) -> prometheus::Result<SingleUseMetrics> {
+        let m = SingleUseMetrics::unregistered();
+        registry.register(Box::new(m.claims.clone()))?;
+        registry.register(Box::new(m.outcomes.clone()))?;
+        registry.register(Box::new(m.errors.clone()))?;
+        registry.register(Box::new(m.entries.clone()))?;
+        Ok(m)
+    }
+
+    /// Metrics that count but are exported nowhere (tests, one-shot commands).
+    pub fn unregistered() -> SingleUseMetrics {
+        let vec = |name: &str, help: &str, label: &str, values: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid metric");
+            for v in values {
+                c.with_label_values(&[v]);
+            }
+            c
+        };
+        SingleUseMetrics {
+            claims: vec(
+                "single_use_claims_total",
+                "requestState claims, by result: acquired (this retry runs), in_progress \
+                 (a duplicate while the first runs), done (a duplicate given the kept outcome), \
+                 not_kept (a duplicate whose outcome was not kept).",
+                "result",
+                CLAIM_RESULTS,
+            ),
+            outcomes: vec(
+                "single_use_outcomes_total",
+                "Completed claims, by result: kept, too_large (over max_outcome_bytes), \
+                 over_total (over max_total_outcome_bytes), none (no outcome given), \
+                 no_claim (the claim had expired or was released).",
+                "result",
+                OUTCOME_RESULTS,
+            ),
+            errors: vec(
+                "single_use_errors_total",
+                "Single-use store failures, each of which refused a call: full, unavailable, \
+                 timeout, invalid_id.",
+                "reason",
+                ERROR_REASONS,
+            ),
+            entries: IntGauge::new(
+                "single_use_entries",
+                "Ids held by the in-memory single-use store (claims in progress and kept \
+                 outcomes).",
+            )
+            .expect("valid metric"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registers_under_the_gateway_prefix_once() {
+        let registry = Registry::new_custom(Some("mrtr_gateway".into()), None).unwrap();
+        let m = SingleUseMetrics::register(&registry).unwrap();
+        m.claims.with_label_values(&["acquired"]).inc();
+        let names: Vec<String> = registry
+            .gather()
+            .iter()
+            .map(|f| f.name().to_string())
+            .collect();
+        for want in [
+            "mrtr_gateway_single_use_claims_total",
+            "mrtr_gateway_single_use_outcomes_total",
+            "mrtr_gateway_single_use_errors_total",
+            "mrtr_gateway_single_use_entries",
+        ] {
+            assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
+        }
+        assert!(SingleUseMetrics::register(&registry).is_err());
+    }
+}

@@ -1,0 +1,285 @@
+//! The shared claim store: Redis, so that every replica sees every claim.
+//!
+//! Keys, for claim id `I` and prefix `P` (default `mrtr:`):
+//! - `P{I}:claim` — `p` while in progress, `d` when done with a kept outcome, `n` when done
+//!   without one; set with `PX` = the state's remaining lifetime.
+//! - `P{I}:outcome` — the kept outcome bytes, same expiry.
+//!
+//! The `{I}` hash tag puts both keys in one cluster slot, so each operation below is one Lua
+//! script touching one slot: atomic on a single server and on Redis Cluster alike.
+//! - **claim**: `SET claim p NX PX ttl`; if it was not set, read the claim (and the outcome).
+//! - **complete**: only if the claim is still `p`, store the outcome and flip the claim to
+//!   `d`/`n`, both with the new `PX`.
+//! - **release**: delete the claim only if it is still `p`.
+//!
+//! Every call is bounded by `command_timeout` (the connection wait included), and any failure
+//! is an error, never a guess: the caller refuses the request (fail closed). Redis answering
+//! `OOM` (configure `maxmemory-policy noeviction`: an evicting policy could drop a live claim
+//! and reopen the replay window) is reported as [`StoreError::Full`].
+//!
+//! Connections: one URL gives a [`ConnectionManager`] (one multiplexed connection, rebuilt in
+//! the background after a failure); several URLs or `cluster = true` give a cluster
+//! connection. Both are created lazily, so the gateway starts while Redis is still down and
+//! its readiness probe ([`RedisStore::health`]) reports the outage. `rediss://` URLs use TLS
+//! (rustls), trusting the platform's roots or, when `ca_file` is set, only the CAs in it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{FromRedisValue, RedisError, Script, ScriptInvocation, TlsCertificates};
+
+use super::config::RedisConfig;
+use super::{Claim, Completion, StoreError};
+
+/// Longest wait between two reconnection attempts while Redis is down.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+/// `Retry-After` hint when Redis is out of memory.
+const OOM_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+const CLAIM_SCRIPT: &str = r"
+if redis.call('SET', KEYS[1], 'p', 'NX', 'PX', ARGV[1]) then
+  return {'a'}
+end
+local state = redis.call('GET', KEYS[1])
+if state == 'd' then
+  local outcome = redis.call('GET', KEYS[2])
+  if outcome then
+    return {'d', outcome}
+  end
+  return {'n'}
+end
+if state == 'n' then
+  return {'n'}
+end
+return {'p'}
+";
+
+const COMPLETE_SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) ~= 'p' then
+  return 0
+end
+if ARGV[2] == 'd' then
+  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[1])
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
+return 1
+";
+
+const RELEASE_SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) == 'p' then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
+
+/// Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: Connection,
+    prefix: Arc<str>,
+    command_timeout: Duration,
+    max_outcome_bytes: usize,
+    scripts: Arc<Scripts>,
+}
+
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+struct Scripts {
+    claim: Script,
+    complete: Script,
+    release: Script,
+}
+
+impl RedisStore {
+    /// Prepares the client without connecting; must be called inside a Tokio runtime.
+    pub fn new(cfg: &RedisConfig, max_outcome_bytes: usize) -> Result<RedisStore, StoreError> {
+        let invalid = |e: RedisError| StoreError::Unavailable(format!("invalid Redis setup: {e}"));
+        let roots = || TlsCertificates {
+            client_tls: None,
+            root_cert: cfg.ca.as_ref().map(|ca| ca.pem().to_vec()),
+        };
+        let conn = if cfg.cluster {
+            let mut builder = ClusterClientBuilder::new(cfg.urls.iter().map(|u| u.as_str()));
+            if cfg.ca.is_some() {
+                builder = builder.certs(roots());
+            }
+            let client = builder.build().map_err(invalid)?;
+            // The connection config overrides the client's timeouts for every node connection.
+            Connection::Cluster(
+                client.get_pending_async_connection_with_config(
+                    ClusterConfig::new()
+                        .set_connection_timeout(cfg.connect_timeout)
+                        .set_response_timeout(cfg.command_timeout),
+                ),
+            )
+        } else {
+            let url = cfg.urls[0].as_str();
+            let client = if cfg.ca.is_some() {
+                redis::Client::build_with_tls(url, roots())
+            } else {
+                redis::Client::open(url)
+            }
+            .map_err(invalid)?;
+            let manager = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(cfg.connect_timeout))
+                .set_response_timeout(Some(cfg.command_timeout))
+                .set_max_delay(MAX_RECONNECT_DELAY);
+            Connection::Single(
+                ConnectionManager::new_lazy_with_config(client, manager).map_err(invalid)?,
+            )
+        };
+        Ok(RedisStore {
+            conn,
+            prefix: cfg.key_prefix.as_str().into(),
+            command_timeout: cfg.command_timeout,
+            max_outcome_bytes,
+            scripts: Arc::new(Scripts {
+                claim: Script::new(CLAIM_SCRIPT),
+                complete: Script::new(COMPLETE_SCRIPT),
+                release: Script::new(RELEASE_SCRIPT),
+            }),
+        })
+    }
+
+    pub async fn claim(&self, id: &str, ttl: Duration) -> Result<Claim, StoreError> {
+        let (claim_key, outcome_key) = self.keys(id);
+        let reply: Vec<Vec<u8>> = self
+            .invoke(
+                self.scripts
+                    .claim
+                    .key(claim_key)
+                    .key(outcome_key)
+                    .arg(ttl_millis(ttl)),
+            )
+            .await?;
+        let mut parts = reply.into_iter();
+        match (parts.next().as_deref(), parts.next()) {
+            (Some(b"a"), None) => Ok(Claim::Acquired),
+            (Some(b"p"), None) => Ok(Claim::InProgress),
+            (Some(b"d"), Some(outcome)) => Ok(Claim::Done(Bytes::from(outcome))),
+            (Some(b"n"), None) => Ok(Claim::DoneNotKept),
+            _ => Err(StoreError::Unavailable(
+                "unexpected reply from the claim script".into(),
+            )),
+        }
+    }
+
+    pub async fn complete(
+        &self,
+        id: &str,
+        outcome: Option<&[u8]>,
+        ttl: Duration,
+    ) -> Result<Completion, StoreError> {
+        let (claim_key, outcome_key) = self.keys(id);
+        let (kept, result): (&[u8], _) = match outcome {
+            None => (&[], Completion::NoOutcome),
+            Some(b) if b.len() > self.max_outcome_bytes => (&[], Completion::TooLarge),
+            Some(b) => (b, Completion::Kept),
+        };
+        let flag = if result == Completion::Kept { "d" } else { "n" };
+        let updated: i64 = self
+            .invoke(
+                self.scripts
+                    .complete
+                    .key(claim_key)
+                    .key(outcome_key)
+                    .arg(ttl_millis(ttl))
+                    .arg(flag)
+                    .arg(kept),
+            )
+            .await?;
+        Ok(if updated == 1 {
+            result
+        } else {
+            Completion::NoClaim
+        })
+    }
+
+    pub async fn release(&self, id: &str) -> Result<bool, StoreError> {
+        let (claim_key, _) = self.keys(id);
+        let removed: i64 = self.invoke(&self.scripts.release.key(claim_key)).await?;
+        Ok(removed == 1)
+    }
+
+    /// PING, bounded by the command timeout.
+    pub async fn health(&self) -> Result<(), StoreError> {
+        let ping = redis::cmd("PING");
+        let answer: String = self
+            .bounded(async {
+                match &self.conn {
+                    Connection::Single(c) => ping.query_async(&mut c.clone()).await,
+                    Connection::Cluster(c) => ping.query_async(&mut c.clone()).await,
+                }
+            })
+            .await?;
+        if answer == "PONG" {
+            Ok(())
+        } else {
+            Err(StoreError::Unavailable(format!("PING answered {answer:?}")))
+        }
+    }
+
+    fn keys(&self, id: &str) -> (String, String) {
+        let prefix = &self.prefix;
+        (
+            format!("{prefix}{{{id}}}:claim"),
+            format!("{prefix}{{{id}}}:outcome"),
+        )
+    }
+
+    async fn invoke<T: FromRedisValue>(
+        &self,
+        script: &ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        self.bounded(async {
+            match &self.conn {
+                Connection::Single(c) => run(script, &mut c.clone()).await,
+                Connection::Cluster(c) => run(script, &mut c.clone()).await,
+            }
+        })
+        .await
+    }
+
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.command_timeout, call).await {
+            Err(_) => Err(StoreError::Timeout(self.command_timeout)),
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(store_error(&e, self.command_timeout)),
+        }
+    }
+}
+
+async fn run<T: FromRedisValue>(
+    script: &ScriptInvocation<'_>,
+    conn: &mut (impl ConnectionLike + Send),
+) -> Result<T, RedisError> {
+    script.invoke_async(conn).await
+}
+
+fn store_error(e: &RedisError, timeout: Duration) -> StoreError {
+    if e.code() == Some("OOM") || e.to_string().contains("OOM command not allowed") {
+        StoreError::Full {
+            retry_after: OOM_RETRY_AFTER,
+        }
+    } else if e.is_timeout() {
+        StoreError::Timeout(timeout)
+    } else {
+        StoreError::Unavailable(e.to_string())
+    }
+}
+
+/// Milliseconds for `PX`: at least 1 (Redis refuses 0).
+fn ttl_millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
