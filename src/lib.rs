@@ -3,6 +3,7 @@
 //! See `docs/architecture.md` for how the parts fit together.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod client;
 pub mod commands;
 pub mod config;

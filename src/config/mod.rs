@@ -70,6 +70,7 @@ pub struct Config {
     pub discover: DiscoverConfig,
     pub caching: CachingConfig,
     pub log: LogConfig,
+    pub auth: crate::auth::config::AuthConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -307,6 +308,7 @@ impl Config {
                 }
             },
         };
+        let auth = crate::auth::config::AuthConfig::from_raw(&raw.auth, base_dir)?;
         Ok(Config {
             listen,
             upstream,
@@ -315,6 +317,7 @@ impl Config {
             discover,
             caching,
             log,
+            auth,
         })
     }
 }

@@ -23,6 +23,8 @@ pub struct RawConfig {
     pub caching: RawCaching,
     #[serde(default)]
     pub log: RawLog,
+    #[serde(default)]
+    pub auth: crate::auth::config::RawAuth,
 }
 
 #[derive(Debug, Deserialize)]
