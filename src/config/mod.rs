@@ -77,6 +77,7 @@ pub struct Config {
     pub replica: ReplicaConfig,
     pub parking: ParkingConfig,
     pub single_use: crate::single_use::SingleUseConfig,
+    pub auth: crate::auth::config::AuthConfig,
 }
 
 /// What happens to a blocked legacy call when the gateway returns `input_required`.
@@ -465,6 +466,7 @@ impl Config {
         };
         let parking = parking_config(&raw.parking, state.ttl)?;
         let single_use = crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir)?;
+        let auth = crate::auth::config::AuthConfig::from_raw(&raw.auth, base_dir)?;
         Ok(Config {
             parking,
             listen,
@@ -479,6 +481,7 @@ impl Config {
             drain,
             replica,
             single_use,
+            auth,
         })
     }
 }

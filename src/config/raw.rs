@@ -35,6 +35,8 @@ pub struct RawConfig {
     pub parking: RawParking,
     #[serde(default)]
     pub single_use: crate::single_use::config::RawSingleUse,
+    #[serde(default)]
+    pub auth: crate::auth::config::RawAuth,
 }
 
 #[derive(Debug, Deserialize)]
