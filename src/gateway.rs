@@ -10,6 +10,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use http::HeaderMap;
 use tokio::sync::mpsc;
 
+use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::discover::DiscoverCache;
 use crate::error::Rejection;
@@ -19,6 +20,7 @@ use crate::legacy::session::{Inbound, LegacySession, SessionError};
 use crate::legacy::upstream::Upstream;
 use crate::metrics::Metrics;
 use crate::mrtr::parking::ParkingLot;
+use crate::single_use::{SingleUseMetrics, SingleUseStore};
 use crate::state::{KeyRing, StateCodec, StateLimits};
 use tokio_util::sync::CancellationToken;
 
@@ -39,6 +41,12 @@ pub struct Gateway {
     upstream_probe: Mutex<Option<(Instant, Result<(), String>)>>,
     /// Blocked legacy calls waiting for their retry on this replica.
     pub parking: Arc<ParkingLot>,
+    /// Who is calling (rebuilt on reload, so key files are re-read).
+    auth: ArcSwap<Authenticator>,
+    /// Where `requestState` ids are claimed (rebuilt only when `[single_use]` changes: a new
+    /// memory store would forget the claims in flight).
+    single_use: ArcSwap<SingleUseStore>,
+    single_use_metrics: SingleUseMetrics,
     /// Stops background tasks (the parking sweeper) when the gateway goes away.
     background: CancellationToken,
 }
@@ -69,7 +77,14 @@ pub fn random_instance_id() -> String {
 }
 
 impl Gateway {
+    /// Builds the gateway; panics on a configuration the loader should have refused (tests,
+    /// demo). `serve` uses [`Gateway::try_new`].
     pub fn new(config: Config) -> Arc<Gateway> {
+        Self::try_new(config).unwrap_or_else(|e| panic!("gateway configuration: {e}"))
+    }
+
+    /// Builds the gateway; must run inside a Tokio runtime.
+    pub fn try_new(config: Config) -> Result<Arc<Gateway>, String> {
         let instance_id = config.replica.id.clone().unwrap_or_else(random_instance_id);
         let slots = config.listen.max_concurrent_requests;
         let metrics = Metrics::new(&instance_id);
@@ -78,6 +93,11 @@ impl Gateway {
             metrics.parked_calls.clone(),
             metrics.parked_evictions.clone(),
         );
+        let auth = Authenticator::new(config.auth.clone()).map_err(|e| e.to_string())?;
+        let single_use_metrics =
+            SingleUseMetrics::register(&metrics.registry).map_err(|e| e.to_string())?;
+        let single_use = SingleUseStore::build(&config.single_use, single_use_metrics.clone())
+            .map_err(|e| e.to_string())?;
         let background = CancellationToken::new();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(
@@ -86,9 +106,12 @@ impl Gateway {
                     .run_sweeper(Duration::from_millis(500), background.clone()),
             );
         }
-        Arc::new(Gateway {
+        Ok(Arc::new(Gateway {
             parking,
             background,
+            auth: ArcSwap::from_pointee(auth),
+            single_use: ArcSwap::from_pointee(single_use),
+            single_use_metrics,
             draining: AtomicBool::new(false),
             request_slots: Arc::new(Semaphore::new(slots)),
             request_slots_size: AtomicUsize::new(slots),
@@ -100,7 +123,15 @@ impl Gateway {
             metrics,
             instance_id,
             config: ArcSwap::from_pointee(config),
-        })
+        }))
+    }
+
+    pub fn auth(&self) -> Arc<Authenticator> {
+        self.auth.load_full()
+    }
+
+    pub fn single_use(&self) -> Arc<SingleUseStore> {
+        self.single_use.load_full()
     }
 
     /// The configuration in force (a snapshot: hold it for one request, not longer).
@@ -115,8 +146,23 @@ impl Gateway {
 
     /// Replaces the configuration (reload). The key ring, state limits and request-slot count
     /// follow; a changed `[upstream]` section swaps in a new upstream client.
-    pub fn apply_config(&self, new: Config) {
+    pub fn apply_config(&self, new: Config) -> Result<(), String> {
         let old = self.config();
+        let auth = Authenticator::with_counters(new.auth.clone(), self.auth().counters().clone())
+            .map_err(|e| e.to_string())?;
+        let single_use = if format!("{:?}", old.single_use) != format!("{:?}", new.single_use) {
+            Some(
+                SingleUseStore::build(&new.single_use, self.single_use_metrics.clone())
+                    .map_err(|e| e.to_string())?,
+            )
+        } else {
+            None
+        };
+        self.auth.store(Arc::new(auth));
+        if let Some(store) = single_use {
+            tracing::info!(store = store.kind(), "single-use store replaced");
+            self.single_use.store(Arc::new(store));
+        }
         if format!("{:?}", old.upstream) != format!("{:?}", new.upstream) {
             tracing::info!(upstream = %new.upstream.url, "upstream changed; new calls use it");
             self.upstream
@@ -131,6 +177,7 @@ impl Gateway {
         });
         self.resize_request_slots(new.listen.max_concurrent_requests);
         self.config.store(Arc::new(new));
+        Ok(())
     }
 
     fn resize_request_slots(&self, want: usize) {
@@ -223,6 +270,15 @@ impl Gateway {
         checks.push((
             "upstream",
             self.probe_upstream().await.map(|_| "reachable".to_string()),
+        ));
+        let store = self.single_use();
+        checks.push((
+            "single_use",
+            store
+                .health()
+                .await
+                .map(|_| store.kind().to_string())
+                .map_err(|e| e.to_string()),
         ));
         Readiness { checks }
     }

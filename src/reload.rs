@@ -57,7 +57,9 @@ impl Reloader {
                 {
                     let _ = h.modify(|current| *current = f);
                 }
-                self.gw.apply_config(new);
+                if let Err(e) = self.gw.apply_config(new) {
+                    errors.push(e);
+                }
             }
             Err(e) => errors.push(e.to_string()),
         }

@@ -23,7 +23,7 @@ pub async fn run(
     config_path: PathBuf,
     log: Option<LevelHandle>,
 ) -> std::io::Result<()> {
-    let gw = Gateway::new(config);
+    let gw = Gateway::try_new(config).map_err(std::io::Error::other)?;
     let cfg = gw.config();
     let tls = match &cfg.tls {
         Some(files) => Some(Arc::new(
@@ -53,8 +53,8 @@ pub async fn run(
             tracing::warn!(key_id = %k.id, "state key uses the public example secret from config/gateway.toml; generate one with `mrtr-gateway keygen`");
         }
     }
-    if !addr.ip().is_loopback() {
-        tracing::warn!(%addr, "listening on a non-loopback address without authentication");
+    if !addr.ip().is_loopback() && gw.auth().needs_loopback_warning() {
+        tracing::warn!(%addr, "listening on a non-loopback address with [auth] mode = \"none\": every caller is \"anonymous\"");
     }
     let reloader = Reloader {
         gw: gw.clone(),

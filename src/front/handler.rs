@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::ingress::{self, Parsed};
 use super::listener::ConnInfo;
 use super::respond::{self, Body};
+use crate::auth::{AuthRequest, Authenticator};
 use crate::config::Config;
 use crate::error::Rejection;
 use crate::gateway::Gateway;
@@ -126,7 +127,6 @@ async fn handle_inner(
             return refuse(&gw, "other", None, rej);
         }
     }
-    let _ = conn.peer;
 
     // Phase 1: the endpoint. Only `listen.path`, only POST (2026-07-28 has no GET stream and
     // no sessions to DELETE).
@@ -186,6 +186,20 @@ async fn handle_inner(
             return refuse(&gw, "other", id.as_ref(), rej);
         }
     };
+    // Who is calling: every request is authenticated on its own (there is no session).
+    // Before the header ladder, so an unauthenticated caller learns nothing more.
+    let auth = gw.auth();
+    let principal = match auth
+        .authenticate(AuthRequest {
+            headers: &parts.headers,
+            peer: conn.peer,
+            client_cert_der: conn.client_cert_der.as_deref().map(Vec::as_slice),
+        })
+        .await
+    {
+        Ok(p) => p,
+        Err(e) => return refuse(&gw, &env.method, Some(&env.id), e.into()),
+    };
     let meta = match ingress::validate(&parts.headers, &env) {
         Ok(m) => m,
         Err(rej) => return refuse(&gw, &env.method, Some(&env.id), rej),
@@ -238,8 +252,8 @@ async fn handle_inner(
             .clone()
             .unwrap_or_else(|| Value::Object(Default::default())),
         meta,
-        principal: "anonymous".to_string(),
-        upstream_headers: upstream_headers(&parts.headers),
+        principal: principal.0,
+        upstream_headers: upstream_headers(&parts.headers, &auth),
     };
     let sse = accepts_sse(&parts.headers);
     let gw_work = gw.clone();
@@ -254,10 +268,10 @@ async fn handle_inner(
     .await
 }
 
-/// Headers passed on to the legacy server: W3C trace context only (credentials are a
-/// separate, configured decision).
-fn upstream_headers(h: &HeaderMap) -> HeaderMap {
-    let mut out = HeaderMap::new();
+/// Headers passed on to the legacy server: the credentials `[auth] upstream_credentials`
+/// asks for, and W3C trace context.
+fn upstream_headers(h: &HeaderMap, auth: &Authenticator) -> HeaderMap {
+    let mut out = auth.upstream_headers(h);
     for name in ["traceparent", "tracestate", "baggage"] {
         if let Some(v) = h.get(name) {
             out.insert(http::HeaderName::from_static(name), v.clone());

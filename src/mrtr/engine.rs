@@ -19,7 +19,7 @@
 //! upstream, so they can never end in `input_required`.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use serde_json::{Map, Value, json};
@@ -36,6 +36,7 @@ use crate::jsonrpc::codes;
 use crate::legacy::capabilities::Declared;
 use crate::metrics::method_label;
 use crate::protocol::methods::{Route, route};
+use crate::single_use::{self, Claim, Policy as SingleUsePolicy};
 use crate::state::{ParkRef, Pending, StateError, StatePayload, now_secs};
 use crate::translate;
 
@@ -123,14 +124,156 @@ pub async fn serve_mrtr(
     sink: &Sink,
     cancel: &CancellationToken,
 ) -> Result<Value, Rejection> {
-    let started = Instant::now();
     let now = now_secs();
     let cfg = gw.config();
     let origin = origin::digest(&call.method, &call.params);
     let prior = open_prior(gw, call, &origin, now)?;
     let responses = input_responses(&call.params)?;
-    let mut book = AnswerBook::new(prior.as_ref(), &responses)?;
+    let book = AnswerBook::new(prior.as_ref(), &responses)?;
     let is_retry = prior.is_some() || !responses.is_empty();
+
+    // At most once per state: claim its id before anything can run. A duplicate gets the
+    // first presentation's outcome, or is told to wait, or that the state is spent.
+    let claim = match &prior {
+        Some(p)
+            if cfg.single_use.policy_for(&call.method, call.target())
+                == SingleUsePolicy::Always =>
+        {
+            match claim_state(gw, p, now).await? {
+                Claimed::Owned(c) => Some(c),
+                Claimed::Duplicate(outcome) => return outcome,
+            }
+        }
+        _ => None,
+    };
+    let mut may_have_run = false;
+    let outcome = execute(
+        gw,
+        call,
+        sink,
+        cancel,
+        prior,
+        book,
+        is_retry,
+        &origin,
+        now,
+        &mut may_have_run,
+    )
+    .await;
+    if let Some(c) = claim {
+        settle(gw, c, &outcome, may_have_run).await;
+    }
+    outcome
+}
+
+/// A claimed state id and how long the claim should live.
+struct OwnedClaim {
+    id: String,
+    ttl: Duration,
+}
+
+enum Claimed {
+    Owned(OwnedClaim),
+    Duplicate(Result<Value, Rejection>),
+}
+
+/// What a duplicate presentation receives: the first one's result or error, kept as JSON.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptOutcome {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<crate::jsonrpc::ErrorObject>,
+    #[serde(default)]
+    status: u16,
+}
+
+async fn claim_state(gw: &Gateway, prior: &StatePayload, now: u64) -> Result<Claimed, Rejection> {
+    let skew = gw.codec.limits().clock_skew.as_secs();
+    let ttl = Duration::from_secs((prior.exp + skew).saturating_sub(now).max(1));
+    match gw.single_use().claim(&prior.id, ttl).await? {
+        Claim::Acquired => Ok(Claimed::Owned(OwnedClaim {
+            id: prior.id.clone(),
+            ttl,
+        })),
+        Claim::InProgress => Err(single_use::in_progress()),
+        Claim::DoneNotKept => Err(single_use::already_used()),
+        Claim::Done(bytes) => {
+            let kept: KeptOutcome = serde_json::from_slice(&bytes).map_err(|_| {
+                Rejection::internal(
+                    "a kept single-use outcome is unreadable",
+                    "single_use_corrupt",
+                )
+            })?;
+            Ok(Claimed::Duplicate(match (kept.result, kept.error) {
+                (Some(result), _) => Ok(result),
+                (None, Some(error)) => Err(Rejection {
+                    status: StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK),
+                    error,
+                    fault: Fault::Upstream,
+                    reason: "duplicate_of_error",
+                    headers: Vec::new(),
+                }),
+                (None, None) => Err(single_use::already_used()),
+            }))
+        }
+    }
+}
+
+/// Records the outcome of a claimed state for its duplicates, or gives the claim back when
+/// nothing can have run.
+async fn settle(
+    gw: &Gateway,
+    claim: OwnedClaim,
+    outcome: &Result<Value, Rejection>,
+    may_have_run: bool,
+) {
+    let store = gw.single_use();
+    let result = if !may_have_run {
+        store.release(&claim.id).await.map(|_| ())
+    } else {
+        let kept = match outcome {
+            Ok(result) => Some(KeptOutcome {
+                result: Some(result.clone()),
+                error: None,
+                status: 200,
+            }),
+            // The first presenter went away mid-call: there is no outcome to repeat.
+            Err(rej) if rej.reason == "client_cancelled" => None,
+            Err(rej) => Some(KeptOutcome {
+                result: None,
+                error: Some(rej.error.clone()),
+                status: rej.status.as_u16(),
+            }),
+        };
+        let bytes = kept.map(|k| serde_json::to_vec(&k).expect("outcomes serialize"));
+        store
+            .complete(&claim.id, bytes.as_deref(), claim.ttl)
+            .await
+            .map(|_| ())
+    };
+    if let Err(e) = result {
+        // The call itself is done; duplicates will see "in progress" until the claim expires.
+        tracing::warn!(error = %e, "could not record a single-use outcome");
+    }
+}
+
+/// Runs (or resumes) the call and turns what the legacy server did into the modern result.
+#[allow(clippy::too_many_arguments)]
+async fn execute(
+    gw: &Gateway,
+    call: &Call,
+    sink: &Sink,
+    cancel: &CancellationToken,
+    prior: Option<StatePayload>,
+    mut book: AnswerBook,
+    is_retry: bool,
+    origin: &str,
+    now: u64,
+    may_have_run: &mut bool,
+) -> Result<Value, Rejection> {
+    let started = Instant::now();
+    let cfg = gw.config();
     let declared = Declared::from_modern(&call.meta.client_capabilities);
     let policy = cfg.parking.policy_for(&call.method, call.target());
 
@@ -154,13 +297,14 @@ pub async fn serve_mrtr(
             if prior.is_some() {
                 gw.metrics.retries.with_label_values(&["replayed"]).inc();
             }
-            (
-                Run::start(gw, call, &declared).await?,
-                Vec::new(),
-                KeyMinter::new(),
-            )
+            let run = Run::start(gw, call, &declared).await.map_err(|e| {
+                *may_have_run = e.call_sent;
+                e.rejection
+            })?;
+            (run, Vec::new(), KeyMinter::new())
         }
     };
+    *may_have_run = true;
     let waiting = match run.answer_waiting(waiting, &mut book).await {
         Ok(w) => w,
         Err(rej) => {
@@ -236,7 +380,7 @@ pub async fn serve_mrtr(
             "max_rounds",
         ));
     }
-    let mut payload = gw.codec.fresh_payload(&call.principal, &origin, now);
+    let mut payload = gw.codec.fresh_payload(&call.principal, origin, now);
     payload.rnd = round;
     payload.ans = book.carry();
     let mut input_requests = Map::new();
@@ -344,7 +488,9 @@ pub async fn serve_forward(
     let started = Instant::now();
     let cfg = gw.config();
     // Declare nothing: a well-behaved legacy server then asks nothing.
-    let mut run = Run::start(gw, call, &Declared::default()).await?;
+    let mut run = Run::start(gw, call, &Declared::default())
+        .await
+        .map_err(|e| e.rejection)?;
     let captured = run
         .capture(
             call,

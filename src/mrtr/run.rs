@@ -24,6 +24,7 @@ use crate::error::{Fault, Rejection};
 use crate::gateway::{Gateway, session_rejection};
 use crate::jsonrpc::{self, ErrorObject, MessageKind, codes};
 use crate::legacy::capabilities::Declared;
+use crate::legacy::http::HttpError;
 use crate::legacy::session::{Inbound, LegacySession, SessionError, StreamTag};
 use crate::metrics::method_label;
 use crate::protocol::meta::{RequestMeta, log_level_rank};
@@ -112,6 +113,13 @@ pub enum Captured {
     NeedInput(Vec<Question>),
 }
 
+/// Why a run could not start.
+pub struct StartError {
+    pub rejection: Rejection,
+    /// Whether the call may have reached the legacy server (then it may have run).
+    pub call_sent: bool,
+}
+
 /// A legacy session with the modern request's call in flight.
 pub struct Run<'g> {
     gw: &'g Gateway,
@@ -156,17 +164,22 @@ fn client_gone() -> Rejection {
 
 impl<'g> Run<'g> {
     /// Opens a session declaring `declared` and sends the call (one fresh session if the
-    /// server forgot the first before the call arrived).
+    /// server forgot the first before the call arrived). On failure, says whether the call
+    /// may have reached the legacy server.
     pub async fn start(
         gw: &'g Gateway,
         call: &Call,
         declared: &Declared,
-    ) -> Result<Run<'g>, Rejection> {
+    ) -> Result<Run<'g>, StartError> {
         let params = legacy_params(&call.params);
         for attempt in 0..2 {
             let (mut session, inbound) = gw
                 .open_session(declared, call.upstream_headers.clone())
-                .await?;
+                .await
+                .map_err(|rejection| StartError {
+                    rejection,
+                    call_sent: false,
+                })?;
             if let Some(level) = &call.meta.log_level
                 && session
                     .init_result()
@@ -194,14 +207,22 @@ impl<'g> Run<'g> {
                 }
                 Err(e) => {
                     session.close().await;
-                    return Err(session_rejection(&e));
+                    // A refused connection never carried the call; anything later might have.
+                    let call_sent = !matches!(e, SessionError::Http(HttpError::Connect(_)));
+                    return Err(StartError {
+                        rejection: session_rejection(&e),
+                        call_sent,
+                    });
                 }
             }
         }
-        Err(Rejection::upstream(
-            "the legacy server expired two fresh sessions in a row",
-            "upstream_session_expired",
-        ))
+        Err(StartError {
+            rejection: Rejection::upstream(
+                "the legacy server expired two fresh sessions in a row",
+                "upstream_session_expired",
+            ),
+            call_sent: false,
+        })
     }
 
     /// A run rebuilt from a parked call; returns it with the questions the server is still

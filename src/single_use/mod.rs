@@ -130,7 +130,7 @@ fn valid_id(id: &str) -> bool {
 impl SingleUseStore {
     /// Builds the configured backend; must be called inside a Tokio runtime. A Redis store does
     /// not connect here (see [`RedisStore`]), so an unreachable Redis is not an error yet.
-    pub async fn from_config(
+    pub fn build(
         cfg: &SingleUseConfig,
         metrics: SingleUseMetrics,
     ) -> Result<SingleUseStore, StoreError> {
@@ -150,6 +150,14 @@ impl SingleUseStore {
             }
         };
         Ok(SingleUseStore { backend, metrics })
+    }
+
+    /// [`SingleUseStore::build`], for async callers.
+    pub async fn from_config(
+        cfg: &SingleUseConfig,
+        metrics: SingleUseMetrics,
+    ) -> Result<SingleUseStore, StoreError> {
+        Self::build(cfg, metrics)
     }
 
     /// Claims `id` for `ttl` (the state's remaining lifetime), or reports what holds it.
