@@ -37,6 +37,16 @@ enum Command {
         #[arg(long, env = "MRTR_GATEWAY_CONFIG")]
         config: PathBuf,
     },
+    /// Open a requestState with the configured keys and print its non-secret fields.
+    InspectState {
+        #[arg(long, env = "MRTR_GATEWAY_CONFIG")]
+        config: PathBuf,
+        /// Also print the answers it carries (user data).
+        #[arg(long)]
+        show_answers: bool,
+        /// The requestState token ("-" reads it from standard input).
+        state: String,
+    },
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -65,6 +75,36 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_CONFIG as u8)
             }
         },
+        Command::InspectState {
+            config: path,
+            show_answers,
+            state,
+        } => {
+            let config = match Config::load(&path) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{}: {e}", path.display());
+                    return ExitCode::from(EXIT_CONFIG as u8);
+                }
+            };
+            let token = if state == "-" {
+                let mut s = String::new();
+                let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut s);
+                s
+            } else {
+                state
+            };
+            match commands::inspect_state::inspect(&config, &token, show_answers) {
+                Ok(report) => {
+                    print!("{report}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(65)
+                }
+            }
+        }
         Command::Serve { config: path } => {
             let config = match Config::load(&path) {
                 Ok(c) => c,

@@ -2,6 +2,7 @@
 
 pub mod check_config;
 pub mod demo;
+pub mod inspect_state;
 pub mod keygen;
 pub mod serve;
 
