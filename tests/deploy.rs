@@ -376,6 +376,13 @@ fn broken_probes_mounts_and_hardening_are_caught() {
         "endpoint port \"admin\" is not the Service's `admin`",
     );
 
+    let mut r = fresh();
+    gateway_pod_spec(&mut r); // the Deployment exists
+    for o in r.objects.iter_mut().filter(|o| o["kind"] == "Deployment") {
+        o["spec"]["replicas"] = 2.into();
+    }
+    expect_caught(wiring_problems(&r, &keys), "sets replicas although the HPA");
+
     // A real key committed into the example Secret.
     let mut r = fresh();
     let secret = r

@@ -419,6 +419,9 @@ pub fn wiring_problems(r: &Rendered, keys: &KeyDir) -> Vec<String> {
             {
                 p.push("the HorizontalPodAutoscaler does not scale the gateway Deployment (autoscaling/v2)".into());
             }
+            if !gp.deployment["spec"]["replicas"].is_null() {
+                p.push("the Deployment sets replicas although the HPA owns the count".into());
+            }
             if min_replicas < 2 {
                 p.push("minReplicas is below 2".into());
             }
