@@ -1,0 +1,60 @@
+//! The gateway's metric names (the fixed list the operator artifacts may rely on, matching
+//! `docs/metrics.md`), and finding the names a text refers to.
+
+/// Every metric, without the `mrtr_gateway_` prefix.
+pub const METRICS: &[&str] = &[
+    "requests_total",
+    "rejections_total",
+    "input_required_total",
+    "retries_total",
+    "state_seals_total",
+    "state_opens_total",
+    "state_bytes",
+    "legacy_sessions_opened_total",
+    "legacy_sessions_failed_total",
+    "legacy_sessions_active",
+    "upstream_duration_seconds",
+    "active_requests",
+    "active_connections",
+    "max_rounds_exceeded_total",
+    "limit_hits_total",
+    "single_use_claims_total",
+    "single_use_errors_total",
+    "single_use_entries",
+    "parked_calls",
+    "config_reloads_total",
+    "draining",
+];
+
+/// The histograms, whose series also appear as `_bucket`, `_sum` and `_count`.
+const HISTOGRAMS: &[&str] = &["state_bytes", "upstream_duration_seconds"];
+
+pub const PREFIX: &str = "mrtr_gateway_";
+
+/// Every `mrtr_gateway_…` name in `text`, prefix stripped, in order of appearance.
+pub fn referenced(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(PREFIX) {
+        let tail = &rest[at + PREFIX.len()..];
+        let len = tail
+            .bytes()
+            .take_while(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_')
+            .count();
+        out.push(tail[..len].to_owned());
+        rest = &tail[len..];
+    }
+    out
+}
+
+/// The metric a series name belongs to (`state_bytes_bucket` -> `state_bytes`), if known.
+pub fn metric_of(series: &str) -> Option<&'static str> {
+    if let Some(m) = METRICS.iter().find(|m| **m == series) {
+        return Some(m);
+    }
+    HISTOGRAMS.iter().copied().find(|h| {
+        ["_bucket", "_sum", "_count"]
+            .iter()
+            .any(|suffix| series.strip_prefix(h) == Some(suffix))
+    })
+}
