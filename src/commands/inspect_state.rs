@@ -15,9 +15,12 @@ pub fn inspect(config: &Config, token: &str, show_answers: bool) -> Result<Strin
     let codec = StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes)
         .with_clock_skew(config.state.clock_skew);
     let token = token.trim();
-    let (p, kid) = codec
-        .open_ignoring_expiry(token)
-        .map_err(|e| format!("the state does not open with the configured keys: {}", e.reason()))?;
+    let (p, kid) = codec.open_ignoring_expiry(token).map_err(|e| {
+        format!(
+            "the state does not open with the configured keys: {}",
+            e.reason()
+        )
+    })?;
     let now = now_secs();
     let mut out = String::new();
     let _ = writeln!(out, "key id:        {kid}");
@@ -36,7 +39,11 @@ pub fn inspect(config: &Config, token: &str, show_answers: bool) -> Result<Strin
     let _ = writeln!(out, "origin digest: {}", p.org);
     match &p.park {
         Some(r) => {
-            let _ = writeln!(out, "parked on:     instance {} (handle {})", r.instance, r.handle);
+            let _ = writeln!(
+                out,
+                "parked on:     instance {} (handle {})",
+                r.instance, r.handle
+            );
         }
         None => {
             let _ = writeln!(out, "parked on:     -");
@@ -57,7 +64,11 @@ pub fn inspect(config: &Config, token: &str, show_answers: bool) -> Result<Strin
         if show_answers {
             let _ = writeln!(out, "  {k}: {text}");
         } else {
-            let _ = writeln!(out, "  {k}: {} bytes (hidden; --show-answers prints it)", text.len());
+            let _ = writeln!(
+                out,
+                "  {k}: {} bytes (hidden; --show-answers prints it)",
+                text.len()
+            );
         }
     }
     Ok(out)

@@ -9,11 +9,6 @@ use mrtr_gateway::config::{Config, ConfigError};
 
 use crate::render::TempDir;
 
-/// Sections the operator artifacts already use but this worktree's loader does not know yet.
-/// Their validation is skipped (loudly) until the loader accepts them.
-// TODO(single_use): drop "single_use" here once the loader knows [single_use] (Redis store).
-const LATER_SECTIONS: &[&str] = &["single_use"];
-
 /// A directory holding one fresh key, standing in for the mounted Secret.
 pub struct KeyDir(TempDir);
 
@@ -32,11 +27,10 @@ impl KeyDir {
     }
 }
 
-/// A configuration as the gateway would load it, and the sections left unchecked.
+/// A configuration as the gateway would load it, with its raw table.
 pub struct Loaded {
     pub config: Config,
     pub table: toml::Table,
-    pub skipped: Vec<String>,
 }
 
 /// Loads `text` with `env` as the environment. When the file sets `state.keys_dir` (a mounted
@@ -57,32 +51,8 @@ pub fn load(
             keys.path().display().to_string(),
         ));
     }
-    let mut skipped = Vec::new();
-    let mut checked = table.clone();
-    loop {
-        match Config::from_toml_str(&toml::to_string(&checked).unwrap(), &vars, base_dir) {
-            Ok(config) => {
-                return Ok(Loaded {
-                    config,
-                    table,
-                    skipped,
-                });
-            }
-            Err(e) => {
-                let later = LATER_SECTIONS.iter().find(|s| {
-                    checked.contains_key(**s) && e.message.contains(&format!("unknown field `{s}`"))
-                });
-                let Some(section) = later else { return Err(e) };
-                eprintln!(
-                    "TODO({section}): the loader does not know [{section}] yet; that section \
-                     is NOT validated here, the rest of the file is (remove the skip when it \
-                     lands: LATER_SECTIONS in tests/deploy/gateway_configs.rs)"
-                );
-                checked.remove(*section);
-                skipped.push(section.to_string());
-            }
-        }
-    }
+    let config = Config::from_toml_str(text, &vars, base_dir)?;
+    Ok(Loaded { config, table })
 }
 
 /// Every `*.toml` under `dir`, recursively, sorted.
