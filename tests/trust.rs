@@ -3,7 +3,6 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use base64::Engine;
@@ -13,6 +12,7 @@ use mrtr_gateway::config::StateKeySpec;
 use mrtr_gateway::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use mrtr_gateway::state::StateCodec;
 use serde_json::{Value, json};
+use support::procs::{spawn_gateway, start_redis};
 use support::*;
 
 fn handlers() -> Handlers {
@@ -364,90 +364,6 @@ async fn duplicate_race_in_memory_runs_the_tool_once() {
         ) == 1.0
     );
     env.stop().await;
-}
-
-/// A `redis-server` child (killed on drop) and its port.
-struct Redis {
-    _child: tokio::process::Child,
-    port: u16,
-}
-
-async fn start_redis() -> Redis {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = tokio::process::Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("redis-server is installed (scripts/test.sh installs it)");
-    assert!(
-        eventually(Duration::from_secs(10), || std::net::TcpStream::connect((
-            "127.0.0.1",
-            port
-        ))
-        .is_ok())
-        .await,
-        "redis-server did not start"
-    );
-    Redis {
-        _child: child,
-        port,
-    }
-}
-
-async fn spawn_gateway(
-    config: &str,
-    dir: &std::path::Path,
-    name: &str,
-) -> (tokio::process::Child, String, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let admin = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!("[listen]\naddr = \"127.0.0.1:{port}\"\n[admin]\naddr = \"127.0.0.1:{admin}\"\n[replica]\nid = \"{name}\"\n{config}"),
-    )
-    .unwrap();
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    assert!(
-        eventually(Duration::from_secs(15), || std::net::TcpStream::connect((
-            "127.0.0.1",
-            admin
-        ))
-        .is_ok())
-        .await,
-        "gateway {name} did not start"
-    );
-    (child, format!("http://127.0.0.1:{port}/mcp"), admin)
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod peers;
+pub mod procs;
 pub mod tls;
 
 use std::sync::Arc;
@@ -139,7 +140,11 @@ pub async fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bo
 
 /// The value of a metric sample line, e.g. `mrtr_gateway_requests_total{method="tools/call",outcome="complete"}`.
 pub fn metric(gw: &Gateway, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let text = gw.metrics.render();
+    sample(&gw.metrics.render(), name, labels)
+}
+
+/// The first sample of `name` whose labels include `labels`, in Prometheus text; 0 if none.
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     for line in text.lines() {
         if line.starts_with('#') || !line.starts_with(name) {
             continue;
