@@ -4,14 +4,16 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use http::HeaderMap;
+use http::{HeaderMap, StatusCode};
 use tokio::sync::mpsc;
 
 use crate::config::Config;
 use crate::discover::DiscoverCache;
-use crate::error::Rejection;
+use crate::error::{Fault, Rejection};
+use crate::jsonrpc::codes;
 use crate::legacy::capabilities::Declared;
 use crate::legacy::http::HttpError;
+use crate::legacy::limit_hits::LimitHits;
 use crate::legacy::session::{Inbound, LegacySession, SessionError};
 use crate::legacy::upstream::Upstream;
 use crate::metrics::Metrics;
@@ -37,12 +39,14 @@ pub fn random_instance_id() -> String {
 impl Gateway {
     pub fn new(config: Config) -> Arc<Gateway> {
         let instance_id = config.replica.id.clone().unwrap_or_else(random_instance_id);
+        let metrics = Metrics::new(&instance_id);
+        let hits = LimitHits::new(metrics.limit_hits.clone());
         Arc::new(Gateway {
-            upstream: ArcSwap::from_pointee(Upstream::from_config(&config.upstream)),
+            upstream: ArcSwap::from_pointee(Upstream::from_config(&config.upstream, hits)),
             codec: StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes)
                 .with_clock_skew(config.state.clock_skew),
             discover: DiscoverCache::new(config.discover.refresh),
-            metrics: Metrics::new(&instance_id),
+            metrics,
             instance_id,
             config: ArcSwap::from_pointee(config),
         })
@@ -102,5 +106,24 @@ pub fn session_rejection(e: &SessionError) -> Rejection {
         }
         SessionError::Expired => Rejection::upstream(e.to_string(), "upstream_session_expired"),
         SessionError::Protocol(_) => Rejection::upstream(e.to_string(), "upstream_protocol_error"),
+        SessionError::Spawn(_) => Rejection::upstream(e.to_string(), "upstream_spawn_failed"),
+        SessionError::Gone(_) => Rejection::upstream(e.to_string(), "upstream_stream_broken"),
+        SessionError::Backoff { retry_in, .. } => Rejection::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            codes::INTERNAL_ERROR,
+            e.to_string(),
+            Fault::Upstream,
+            "upstream_spawn_backoff",
+        )
+        .with_header(http::header::RETRY_AFTER, retry_after(*retry_in)),
+        SessionError::Saturated { .. } => {
+            Rejection::unavailable(e.to_string(), "stdio_max_children")
+                .with_header(http::header::RETRY_AFTER, "1")
+        }
     }
+}
+
+/// Whole seconds for `Retry-After`, at least 1.
+fn retry_after(d: std::time::Duration) -> String {
+    d.as_secs_f64().ceil().max(1.0).to_string()
 }

@@ -15,7 +15,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     tracing::info!(
         %addr,
         path = %gw.config().listen.path,
-        upstream = %gw.config().upstream.url,
+        upstream = %gw.upstream().describe(),
         instance_id = %gw.instance_id,
         "mrtr-gateway listening"
     );
