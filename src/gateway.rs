@@ -7,15 +7,17 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use http::HeaderMap;
+use http::{HeaderMap, StatusCode};
 use tokio::sync::mpsc;
 
 use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::discover::DiscoverCache;
-use crate::error::Rejection;
+use crate::error::{Fault, Rejection};
+use crate::jsonrpc::codes;
 use crate::legacy::capabilities::Declared;
 use crate::legacy::http::HttpError;
+use crate::legacy::limit_hits::LimitHits;
 use crate::legacy::session::{Inbound, LegacySession, SessionError};
 use crate::legacy::upstream::Upstream;
 use crate::metrics::Metrics;
@@ -88,6 +90,7 @@ impl Gateway {
         let instance_id = config.replica.id.clone().unwrap_or_else(random_instance_id);
         let slots = config.listen.max_concurrent_requests;
         let metrics = Metrics::new(&instance_id);
+        let hits = LimitHits::new(metrics.limit_hits.clone());
         metrics.key_ring_keys.set(config.state.keys.len() as i64);
         let parking = ParkingLot::new(
             metrics.parked_calls.clone(),
@@ -116,7 +119,7 @@ impl Gateway {
             request_slots: Arc::new(Semaphore::new(slots)),
             request_slots_size: AtomicUsize::new(slots),
             upstream_probe: Mutex::new(None),
-            upstream: ArcSwap::from_pointee(Upstream::from_config(&config.upstream)),
+            upstream: ArcSwap::from_pointee(Upstream::from_config(&config.upstream, hits)),
             codec: StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes)
                 .with_clock_skew(config.state.clock_skew),
             discover: DiscoverCache::new(config.discover.refresh),
@@ -165,8 +168,10 @@ impl Gateway {
         }
         if format!("{:?}", old.upstream) != format!("{:?}", new.upstream) {
             tracing::info!(upstream = %new.upstream.url, "upstream changed; new calls use it");
-            self.upstream
-                .store(Arc::new(Upstream::from_config(&new.upstream)));
+            self.upstream.store(Arc::new(Upstream::from_config(
+                &new.upstream,
+                LimitHits::new(self.metrics.limit_hits.clone()),
+            )));
         }
         self.codec.replace_ring(KeyRing::new(&new.state.keys));
         self.metrics.key_ring_keys.set(new.state.keys.len() as i64);
@@ -327,5 +332,24 @@ pub fn session_rejection(e: &SessionError) -> Rejection {
         }
         SessionError::Expired => Rejection::upstream(e.to_string(), "upstream_session_expired"),
         SessionError::Protocol(_) => Rejection::upstream(e.to_string(), "upstream_protocol_error"),
+        SessionError::Spawn(_) => Rejection::upstream(e.to_string(), "upstream_spawn_failed"),
+        SessionError::Gone(_) => Rejection::upstream(e.to_string(), "upstream_stream_broken"),
+        SessionError::Backoff { retry_in, .. } => Rejection::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            codes::INTERNAL_ERROR,
+            e.to_string(),
+            Fault::Upstream,
+            "upstream_spawn_backoff",
+        )
+        .with_header(http::header::RETRY_AFTER, retry_after(*retry_in)),
+        SessionError::Saturated { .. } => {
+            Rejection::unavailable(e.to_string(), "stdio_max_children")
+                .with_header(http::header::RETRY_AFTER, "1")
+        }
     }
+}
+
+/// Whole seconds for `Retry-After`, at least 1.
+fn retry_after(d: std::time::Duration) -> String {
+    d.as_secs_f64().ceil().max(1.0).to_string()
 }

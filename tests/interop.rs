@@ -6,7 +6,7 @@
 mod support;
 
 use serde_json::Value;
-use support::peers::{PyLegacyServer, modern_scenario};
+use support::peers::{PyLegacyServer, assert_ok, input_rounds, modern_scenario, result_text};
 use support::*;
 
 struct Interop {
@@ -50,44 +50,6 @@ impl Interop {
         self.running.stop().await;
         self.legacy.kill().await;
     }
-}
-
-fn result_text(report: &Value) -> String {
-    let r = &report["result"];
-    r.pointer("/content/0/text")
-        .or_else(|| r.pointer("/messages/0/content/text"))
-        .or_else(|| r.pointer("/contents/0/text"))
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
-}
-
-fn assert_ok(report: &Value) {
-    assert_eq!(report["ok"], true, "{report:#}");
-    assert!(
-        report["violations"].as_array().is_none_or(Vec::is_empty),
-        "{report:#}"
-    );
-}
-
-/// Raw-mode rounds that asked for input, with their request methods.
-fn input_rounds(report: &Value) -> Vec<Vec<String>> {
-    report["rounds"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|r| r["resultType"] == "input_required")
-        .map(|r| {
-            let mut m: Vec<String> = r["inputRequests"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(_, v)| v["method"].as_str().unwrap_or_default().to_string())
-                .collect();
-            m.sort();
-            m
-        })
-        .collect()
 }
 
 #[tokio::test]

@@ -2,16 +2,21 @@
 
 use std::path::Path;
 
-use crate::config::Config;
+use crate::config::{Config, UpstreamTransport};
 
 /// Validates `path`; on success returns a one-line summary.
 pub fn check(path: &Path) -> Result<String, crate::config::ConfigError> {
     let c = Config::load(path)?;
+    let upstream = match c.upstream.transport {
+        UpstreamTransport::StreamableHttp => c.upstream.url.to_string(),
+        UpstreamTransport::Sse => format!("{} (HTTP+SSE)", c.upstream.url),
+        UpstreamTransport::Stdio => format!("stdio: {}", c.upstream.stdio.command.join(" ")),
+    };
     Ok(format!(
         "config OK: listen {}{}, upstream {}, {} state key(s) (sealing with {:?}), state ttl {:?}",
         c.listen.addr,
         c.listen.path,
-        c.upstream.url,
+        upstream,
         c.state.keys.len(),
         c.state.keys[0].id,
         c.state.ttl

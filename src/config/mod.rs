@@ -27,7 +27,7 @@ use raw::RawConfig;
 pub const EXAMPLE_SECRET: &str = "AEarFVUsENTN8apT0+NBD/WiFLYe0+IDHCIEZpsSwGs=";
 
 /// Protocol versions the gateway can speak to a legacy server, newest first.
-pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 /// A configuration problem, tied to the key it is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,8 +167,49 @@ pub struct ReplicaConfig {
     pub id: Option<String>,
 }
 
+/// How the gateway reaches the legacy server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamTransport {
+    /// Streamable HTTP (2025-03-26 … 2025-11-25) at `upstream.url`.
+    StreamableHttp,
+    /// The 2024-11-05 HTTP+SSE transport: `upstream.url` is the SSE endpoint.
+    Sse,
+    /// A child process per session, newline-delimited JSON on stdin/stdout.
+    Stdio,
+}
+
+impl UpstreamTransport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamTransport::StreamableHttp => "streamable-http",
+            UpstreamTransport::Sse => "sse",
+            UpstreamTransport::Stdio => "stdio",
+        }
+    }
+}
+
+/// How to start (and stop) a stdio legacy server.
+#[derive(Debug, Clone)]
+pub struct StdioConfig {
+    /// Program and arguments; empty unless the transport is stdio.
+    pub command: Vec<String>,
+    /// Variables set on top of the few inherited from the gateway (see `legacy::stdio`).
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+    /// Longest line the child may write on stdout (one JSON-RPC message), bytes.
+    pub max_line_bytes: usize,
+    /// Child processes alive at once.
+    pub max_children: usize,
+    /// Longest wait before spawning again after consecutive spawn/initialize failures.
+    pub spawn_backoff: Duration,
+    /// How long a closing child gets after stdin closes, and again after SIGTERM.
+    pub shutdown_grace: Duration,
+}
+
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {
+    pub transport: UpstreamTransport,
+    /// The endpoint for the HTTP transports (unused for stdio).
     pub url: url::Url,
     pub protocol_version: String,
     pub connect_timeout: Duration,
@@ -181,6 +222,11 @@ pub struct UpstreamConfig {
     pub max_event_bytes: usize,
     pub max_stream_bytes: usize,
     pub client_name: String,
+    /// Reconnects in a row that deliver nothing before a resumable SSE stream is given up.
+    pub resume_attempts: u32,
+    /// Upper bound on the server's `retry` delay before reconnecting an SSE stream.
+    pub resume_max_delay: Duration,
+    pub stdio: StdioConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -336,6 +382,17 @@ impl Config {
             )?,
         };
 
+        let transport = match raw.upstream.transport.as_str() {
+            "streamable-http" => UpstreamTransport::StreamableHttp,
+            "sse" => UpstreamTransport::Sse,
+            "stdio" => UpstreamTransport::Stdio,
+            other => {
+                return Err(ConfigError::new(
+                    "upstream.transport",
+                    format!("must be \"streamable-http\", \"sse\" or \"stdio\", not {other:?}"),
+                ));
+            }
+        };
         let url = url::Url::parse(&raw.upstream.url)
             .map_err(|e| ConfigError::new("upstream.url", format!("not a URL: {e}")))?;
         if url.scheme() != "http" && url.scheme() != "https" {
@@ -351,6 +408,7 @@ impl Config {
             ));
         }
         let upstream = UpstreamConfig {
+            transport,
             url,
             protocol_version: raw.upstream.protocol_version.clone(),
             connect_timeout: nonzero_duration(
@@ -372,6 +430,21 @@ impl Config {
                 raw.upstream.max_stream_bytes,
             )?,
             client_name: raw.upstream.client_name.clone(),
+            resume_attempts: {
+                let n = raw.upstream.resume_attempts;
+                if n == 0 || n > 100 {
+                    return Err(ConfigError::new(
+                        "upstream.resume_attempts",
+                        "must be between 1 and 100",
+                    ));
+                }
+                n as u32
+            },
+            resume_max_delay: nonzero_duration(
+                "upstream.resume_max_delay",
+                &raw.upstream.resume_max_delay,
+            )?,
+            stdio: stdio_config(&raw.upstream, transport, base_dir)?,
         };
 
         let state = StateConfig {
@@ -654,6 +727,71 @@ fn parking_config(
     })
 }
 
+/// The stdio keys: validated whatever the transport (so a typo is caught before it matters),
+/// but `command` is required with `transport = "stdio"` and refused without it.
+fn stdio_config(
+    raw: &raw::RawUpstream,
+    transport: UpstreamTransport,
+    base_dir: Option<&Path>,
+) -> Result<StdioConfig, ConfigError> {
+    let is_stdio = transport == UpstreamTransport::Stdio;
+    if is_stdio && raw.command.is_empty() {
+        return Err(ConfigError::new(
+            "upstream.command",
+            "required with transport = \"stdio\": the program and its arguments, e.g. [\"python3\", \"server.py\"]",
+        ));
+    }
+    if !is_stdio && !raw.command.is_empty() {
+        return Err(ConfigError::new(
+            "upstream.command",
+            format!(
+                "only used with transport = \"stdio\" (upstream.transport is {:?})",
+                transport.as_str()
+            ),
+        ));
+    }
+    for (i, arg) in raw.command.iter().enumerate() {
+        if arg.contains('\0') || (i == 0 && arg.is_empty()) {
+            return Err(ConfigError::new(
+                format!("upstream.command[{i}]"),
+                "must be non-empty text without NUL bytes",
+            ));
+        }
+    }
+    let mut env = Vec::with_capacity(raw.env.len());
+    for (k, v) in &raw.env {
+        if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
+            return Err(ConfigError::new(
+                format!("upstream.env.{k}"),
+                "names must be non-empty without '=' or NUL; values without NUL",
+            ));
+        }
+        env.push((k.clone(), v.clone()));
+    }
+    let cwd = raw.cwd.as_deref().map(|d| resolve(base_dir, d));
+    if is_stdio
+        && let Some(dir) = &cwd
+        && !dir.is_dir()
+    {
+        return Err(ConfigError::new(
+            "upstream.cwd",
+            format!("{} is not a directory", dir.display()),
+        ));
+    }
+    Ok(StdioConfig {
+        command: raw.command.clone(),
+        env,
+        cwd,
+        max_line_bytes: positive_size("upstream.max_line_bytes", raw.max_line_bytes)?,
+        max_children: positive_size("upstream.stdio_max_children", raw.stdio_max_children)?,
+        spawn_backoff: nonzero_duration("upstream.stdio_spawn_backoff", &raw.stdio_spawn_backoff)?,
+        shutdown_grace: nonzero_duration(
+            "upstream.stdio_shutdown_grace",
+            &raw.stdio_shutdown_grace,
+        )?,
+    })
+}
+
 fn tls_config(
     raw: &raw::RawTls,
     base_dir: Option<&Path>,
@@ -903,6 +1041,52 @@ mod tests {
             minimal()
         ));
         assert_eq!(e.key, "listen.allowed_origins[0]");
+    }
+
+    #[test]
+    fn upstream_transport_keys_are_checked() {
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert_eq!(c.upstream.transport, UpstreamTransport::StreamableHttp);
+        assert_eq!(c.upstream.stdio.max_line_bytes, 4 * 1024 * 1024);
+        assert_eq!(c.upstream.stdio.max_children, 8);
+        assert_eq!(c.upstream.stdio.spawn_backoff, Duration::from_secs(5));
+        assert_eq!(c.upstream.stdio.shutdown_grace, Duration::from_secs(3));
+        assert_eq!(c.upstream.resume_attempts, 5);
+        let stdio =
+            |rest: &str| format!("[upstream]\ntransport = \"stdio\"\n{rest}\n{}", minimal());
+        let c = Config::from_toml_str(
+            &stdio("command = [\"python3\", \"s.py\"]\nenv = { A = \"1\" }"),
+            &[],
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.upstream.transport, UpstreamTransport::Stdio);
+        assert_eq!(c.upstream.stdio.command, ["python3", "s.py"]);
+        assert_eq!(c.upstream.stdio.env, [("A".to_string(), "1".to_string())]);
+        assert_eq!(err_of(&stdio("")).key, "upstream.command");
+        assert_eq!(
+            err_of(&stdio("command = [\"\"]")).key,
+            "upstream.command[0]"
+        );
+        assert_eq!(
+            err_of(&stdio("command = [\"x\"]\ncwd = \"/nonexistent/dir\"")).key,
+            "upstream.cwd"
+        );
+        assert_eq!(
+            err_of(&stdio("command = [\"x\"]\nstdio_max_children = 0")).key,
+            "upstream.stdio_max_children"
+        );
+        let e = err_of(&format!("[upstream]\ncommand = [\"x\"]\n{}", minimal()));
+        assert_eq!(e.key, "upstream.command");
+        assert!(e.message.contains("stdio"), "{e}");
+        assert_eq!(
+            err_of(&format!("[upstream]\ntransport = \"ws\"\n{}", minimal())).key,
+            "upstream.transport"
+        );
+        assert_eq!(
+            err_of(&format!("[upstream]\nresume_attempts = 0\n{}", minimal())).key,
+            "upstream.resume_attempts"
+        );
     }
 
     #[test]

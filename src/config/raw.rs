@@ -4,6 +4,8 @@
 //! the typed configuration (parsed addresses, durations, loaded keys) and names the key of
 //! anything wrong. `config/gateway.toml` documents each key with its default.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize, Default)]
@@ -68,6 +70,7 @@ impl Default for RawListen {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawUpstream {
+    pub transport: String,
     pub url: String,
     pub protocol_version: String,
     pub connect_timeout: String,
@@ -77,11 +80,21 @@ pub struct RawUpstream {
     pub max_event_bytes: u64,
     pub max_stream_bytes: u64,
     pub client_name: String,
+    pub resume_attempts: u64,
+    pub resume_max_delay: String,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+    pub max_line_bytes: u64,
+    pub stdio_max_children: u64,
+    pub stdio_spawn_backoff: String,
+    pub stdio_shutdown_grace: String,
 }
 
 impl Default for RawUpstream {
     fn default() -> Self {
         RawUpstream {
+            transport: "streamable-http".into(),
             url: "http://127.0.0.1:9001/mcp".into(),
             protocol_version: "2025-11-25".into(),
             connect_timeout: "5s".into(),
@@ -91,6 +104,15 @@ impl Default for RawUpstream {
             max_event_bytes: 4 * 1024 * 1024,
             max_stream_bytes: 64 * 1024 * 1024,
             client_name: "mrtr-gateway".into(),
+            resume_attempts: 5,
+            resume_max_delay: "10s".into(),
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+            max_line_bytes: 4 * 1024 * 1024,
+            stdio_max_children: 8,
+            stdio_spawn_backoff: "5s".into(),
+            stdio_shutdown_grace: "3s".into(),
         }
     }
 }

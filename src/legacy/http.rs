@@ -10,6 +10,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+use super::handshake::VersionMemory;
+use super::limit_hits::LimitHits;
 use crate::config::UpstreamConfig;
 
 /// Why talking to the legacy server failed, at the HTTP level.
@@ -34,6 +36,12 @@ pub struct UpstreamLimits {
     pub idle_timeout: Duration,
     pub max_event_bytes: usize,
     pub max_stream_bytes: usize,
+    /// Reconnects in a row without progress before a resumable SSE stream is given up.
+    pub resume_attempts: u32,
+    /// Cap on the server's `retry` delay before reconnecting.
+    pub resume_max_delay: Duration,
+    /// Where limit hits are counted.
+    pub hits: LimitHits,
 }
 
 pub struct UpstreamHttp {
@@ -41,15 +49,13 @@ pub struct UpstreamHttp {
     pub url: url::Url,
     uri: http::Uri,
     pub limits: UpstreamLimits,
-    /// The configured (newest) version to request in `initialize`.
-    pub protocol_version: String,
-    /// The version the server actually chose last time, when older than the configured one.
-    learned_version: std::sync::Mutex<Option<String>>,
+    /// Which protocol version to request in `initialize`.
+    pub versions: VersionMemory,
     pub client_name: String,
 }
 
 impl UpstreamHttp {
-    pub fn new(cfg: &UpstreamConfig) -> UpstreamHttp {
+    pub fn new(cfg: &UpstreamConfig, hits: LimitHits) -> UpstreamHttp {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(cfg.connect_timeout));
         connector.set_nodelay(true);
@@ -66,42 +72,37 @@ impl UpstreamHttp {
                 idle_timeout: cfg.idle_timeout,
                 max_event_bytes: cfg.max_event_bytes,
                 max_stream_bytes: cfg.max_stream_bytes,
+                resume_attempts: cfg.resume_attempts,
+                resume_max_delay: cfg.resume_max_delay,
+                hits,
             },
-            protocol_version: cfg.protocol_version.clone(),
-            learned_version: std::sync::Mutex::new(None),
+            versions: VersionMemory::new(&cfg.protocol_version),
             client_name: cfg.client_name.clone(),
         }
     }
 
-    /// The version to request in the next `initialize`: the configured one, or the older
-    /// one the server chose before (so capability shapes match what it will negotiate).
-    pub fn request_version(&self) -> String {
-        self.learned_version
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .unwrap_or_else(|| self.protocol_version.clone())
-    }
-
-    /// Records the version a server negotiated.
-    pub fn learn_version(&self, negotiated: &str) {
-        let mut learned = self
-            .learned_version
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        *learned = (negotiated < self.protocol_version.as_str()).then(|| negotiated.to_string());
-    }
-
-    /// Sends one request to the MCP endpoint and waits (bounded) for the response head.
+    /// Sends one request to the configured endpoint and waits (bounded) for the response head.
     pub async fn send(
         &self,
         method: Method,
         headers: HeaderMap,
         body: Option<Bytes>,
     ) -> Result<Response<Incoming>, HttpError> {
+        self.send_to(&self.uri, method, headers, body).await
+    }
+
+    /// Like [`UpstreamHttp::send`], to another URI of the same server (the HTTP+SSE
+    /// transport POSTs to the endpoint its SSE stream announced).
+    pub async fn send_to(
+        &self,
+        uri: &http::Uri,
+        method: Method,
+        headers: HeaderMap,
+        body: Option<Bytes>,
+    ) -> Result<Response<Incoming>, HttpError> {
         let mut req = Request::builder()
             .method(method)
-            .uri(self.uri.clone())
+            .uri(uri.clone())
             .body(Full::new(body.unwrap_or_default()))
             .expect("request parts are valid");
         *req.headers_mut() = headers;
@@ -126,6 +127,17 @@ pub fn post_headers() -> HeaderMap {
         HeaderValue::from_static("application/json, text/event-stream"),
     );
     h
+}
+
+/// Whether a response is an SSE stream.
+pub fn is_sse(h: &HeaderMap) -> bool {
+    h.get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            ct.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
 }
 
 /// Reads a whole (small) body with a size cap and an idle timeout.

@@ -5,11 +5,19 @@
 //! ([`LegacySession::close`]) or because something went wrong ([`LegacySession::discard_expired`]
 //! for a session the server already forgot). Everything the server sends arrives on one
 //! channel as [`Inbound`] items tagged with the stream they came on.
+//!
+//! Three transports sit behind it: Streamable HTTP ([`HttpSession`]), the 2024-11-05
+//! HTTP+SSE transport ([`SseSession`]) and a stdio child process ([`StdioSession`]). The
+//! single-channel ones (SSE, stdio) tag a response `Call(id)` and everything else `Get`.
 
 use http::HeaderName;
 use serde_json::Value;
 
+use std::time::Duration;
+
 use super::http::HttpError;
+use super::http_sse::SseSession;
+use super::stdio::StdioSession;
 use super::streamable_http::HttpSession;
 use crate::jsonrpc::ErrorObject;
 
@@ -47,11 +55,34 @@ pub enum SessionError {
     Initialize(String),
     #[error("the legacy server broke the protocol: {0}")]
     Protocol(String),
+    /// The stdio server's command could not be started.
+    #[error("{0}")]
+    Spawn(String),
+    /// The session's process or connection has already ended (the reason says how).
+    #[error("{0}")]
+    Gone(String),
+    /// Recent attempts to start the stdio server failed; the next is not due yet.
+    #[error(
+        "not starting `{command}` again for another {retry_in:?}: the last {failures} attempt(s) failed (last: {last})"
+    )]
+    Backoff {
+        command: String,
+        retry_in: Duration,
+        failures: u32,
+        last: String,
+    },
+    /// Every stdio child allowed by `upstream.stdio_max_children` stayed busy.
+    #[error(
+        "all {limit} legacy processes (upstream.stdio_max_children) stayed busy for {waited:?}"
+    )]
+    Saturated { limit: usize, waited: Duration },
 }
 
 /// One legacy session.
 pub enum LegacySession {
     Http(HttpSession),
+    Sse(SseSession),
+    Stdio(StdioSession),
 }
 
 impl LegacySession {
@@ -59,6 +90,8 @@ impl LegacySession {
     pub fn init_result(&self) -> &Value {
         match self {
             LegacySession::Http(s) => &s.init_result,
+            LegacySession::Sse(s) => &s.init_result,
+            LegacySession::Stdio(s) => &s.init_result,
         }
     }
 
@@ -66,6 +99,8 @@ impl LegacySession {
     pub fn negotiated_version(&self) -> &str {
         match self {
             LegacySession::Http(s) => &s.negotiated_version,
+            LegacySession::Sse(s) => &s.negotiated_version,
+            LegacySession::Stdio(s) => &s.negotiated_version,
         }
     }
 
@@ -73,6 +108,8 @@ impl LegacySession {
     pub fn track_with(&mut self, gauge: prometheus::IntGauge) {
         match self {
             LegacySession::Http(s) => s.track_with(gauge),
+            LegacySession::Sse(s) => s.track_with(gauge),
+            LegacySession::Stdio(s) => s.track_with(gauge),
         }
     }
 
@@ -84,6 +121,8 @@ impl LegacySession {
     ) -> Result<i64, SessionError> {
         match self {
             LegacySession::Http(s) => s.request(method, params).await,
+            LegacySession::Sse(s) => s.request(method, params).await,
+            LegacySession::Stdio(s) => s.request(method, params).await,
         }
     }
 
@@ -95,12 +134,16 @@ impl LegacySession {
     ) -> Result<(), SessionError> {
         match self {
             LegacySession::Http(s) => s.respond(id, outcome).await,
+            LegacySession::Sse(s) => s.respond(id, outcome).await,
+            LegacySession::Stdio(s) => s.respond(id, outcome).await,
         }
     }
 
     pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), SessionError> {
         match self {
             LegacySession::Http(s) => s.notify(method, params).await,
+            LegacySession::Sse(s) => s.notify(method, params).await,
+            LegacySession::Stdio(s) => s.notify(method, params).await,
         }
     }
 
@@ -108,6 +151,8 @@ impl LegacySession {
     pub async fn cancel(&self, id: i64, reason: &str) -> Result<(), SessionError> {
         match self {
             LegacySession::Http(s) => s.cancel(id, reason).await,
+            LegacySession::Sse(s) => s.cancel(id, reason).await,
+            LegacySession::Stdio(s) => s.cancel(id, reason).await,
         }
     }
 
@@ -115,6 +160,19 @@ impl LegacySession {
     pub async fn close(self) {
         match self {
             LegacySession::Http(s) => s.close().await,
+            LegacySession::Sse(s) => s.close(),
+            LegacySession::Stdio(s) => s.close().await,
+        }
+    }
+
+    /// Whether the session can carry another call: its transport is still up and nothing
+    /// has gone wrong on it (for a future pool of warm sessions).
+    pub fn is_healthy(&self) -> bool {
+        match self {
+            // Expiry only shows when the next request gets 404 (`SessionError::Expired`).
+            LegacySession::Http(_) => true,
+            LegacySession::Sse(s) => s.is_healthy(),
+            LegacySession::Stdio(s) => s.is_healthy(),
         }
     }
 
@@ -122,6 +180,9 @@ impl LegacySession {
     pub fn discard_expired(self) {
         match self {
             LegacySession::Http(s) => s.discard_expired(),
+            LegacySession::Sse(s) => s.close(),
+            // Dropping a stdio session kills its child (see `legacy::stdio`).
+            LegacySession::Stdio(s) => drop(s),
         }
     }
 }

@@ -9,11 +9,12 @@
 //!
 //! Everything the server sends, from any stream, arrives on one channel as [`Inbound`] items
 //! tagged with the stream it came on, so the caller reads one place. Server-request ids are
-//! the server's own id space: they are never compared with the ids this side mints.
+//! the server's own id space: they are never compared with the ids this side mints. Each
+//! stream is read by a [`StreamContext`] task, which also resumes streams the server only
+//! disconnected (SSE polling) and fails fast on stateless servers (see `http_stream`).
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -21,10 +22,12 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::http::{HttpError, UpstreamHttp, UpstreamLimits, post_headers, read_body};
+use super::handshake::{self, initialize_params};
+use super::http::{HttpError, UpstreamHttp, UpstreamLimits, is_sse, post_headers, read_body};
+use super::http_stream::StreamContext;
 use super::session::{Inbound, SESSION_HEADER, SessionError, StreamTag, VERSION_HEADER};
 use super::sse::SseDecoder;
-use crate::config::LEGACY_VERSIONS;
+use super::wire::{excerpt, messages_of, to_bytes};
 use crate::jsonrpc;
 
 const CHANNEL_DEPTH: usize = 256;
@@ -103,11 +106,11 @@ impl HttpSession {
     }
 
     async fn initialize(&mut self, capabilities: Value) -> Result<(), SessionError> {
-        let params = json!({
-            "protocolVersion": self.http.request_version(),
-            "capabilities": capabilities,
-            "clientInfo": {"name": self.http.client_name, "version": env!("CARGO_PKG_VERSION")},
-        });
+        let params = initialize_params(
+            &self.http.versions.request_version(),
+            capabilities,
+            &self.http.client_name,
+        );
         let body = jsonrpc::request(&json!(0), "initialize", Some(params));
         let resp = self
             .http
@@ -121,32 +124,26 @@ impl HttpSession {
                 .unwrap_or_default();
             return Err(SessionError::Initialize(format!(
                 "HTTP {status}: {}",
-                truncate(&text, 300)
+                excerpt(&text, 300)
             )));
         }
         self.session_id = resp.headers().get(SESSION_HEADER).cloned();
         let msg = first_response(resp, &json!(0), &self.http.limits).await?;
-        if let Some(err) = msg.get("error") {
-            return Err(SessionError::Initialize(format!("JSON-RPC error {err}")));
-        }
-        let result = msg
-            .get("result")
-            .cloned()
-            .ok_or_else(|| SessionError::Initialize("response carries no result".into()))?;
-        let version = result
-            .get("protocolVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        if !LEGACY_VERSIONS.contains(&version.as_str()) {
-            return Err(SessionError::Initialize(format!(
-                "the server chose protocol version {version:?}, which this gateway does not speak"
-            )));
-        }
-        self.http.learn_version(&version);
-        self.negotiated_version = version;
-        self.init_result = result;
+        let done = handshake::accept(&msg, &self.http.versions)?;
+        self.negotiated_version = done.negotiated_version;
+        self.init_result = done.init_result;
         Ok(())
+    }
+
+    /// Headers for a GET on the endpoint (the standalone stream, or a resumption).
+    fn get_headers(&self) -> HeaderMap {
+        let mut h = self.headers();
+        h.remove(header::CONTENT_TYPE);
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h
     }
 
     async fn open_get_stream(&mut self) {
@@ -154,13 +151,7 @@ impl HttpSession {
             // Without a session a GET stream cannot be tied to anything.
             return;
         }
-        let mut h = self.headers();
-        h.remove(header::CONTENT_TYPE);
-        h.insert(
-            header::ACCEPT,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        match self.http.send(Method::GET, h, None).await {
+        match self.http.send(Method::GET, self.get_headers(), None).await {
             Ok(resp) if resp.status() == StatusCode::OK && is_sse(resp.headers()) => {
                 self.has_get_stream = true;
                 self.spawn_reader(StreamTag::Get, resp, true);
@@ -173,9 +164,15 @@ impl HttpSession {
     }
 
     fn spawn_reader(&mut self, tag: StreamTag, resp: hyper::Response<Incoming>, sse: bool) {
-        let tx = self.tx.clone();
-        let limits = self.http.limits.clone();
-        let task = tokio::spawn(read_stream(tag, resp, tx, limits, sse));
+        let reader = StreamContext {
+            http: self.http.clone(),
+            get_headers: self.get_headers(),
+            tx: self.tx.clone(),
+            stateless: self.session_id.is_none(),
+        };
+        // Readers of finished calls have ended: keep the list as long as the live ones.
+        self.readers.retain(|r| !r.is_finished());
+        let task = tokio::spawn(reader.run(tag, resp, sse));
         self.readers.push(AbortOnDropHandle::new(task));
     }
 
@@ -224,7 +221,7 @@ impl HttpSession {
         }
         Err(SessionError::Http(HttpError::Status {
             status,
-            body: truncate(&String::from_utf8_lossy(&text), 300),
+            body: excerpt(&String::from_utf8_lossy(&text), 300),
         }))
     }
 
@@ -278,7 +275,7 @@ impl HttpSession {
         } else {
             Err(SessionError::Http(HttpError::Status {
                 status,
-                body: truncate(&String::from_utf8_lossy(&text), 300),
+                body: excerpt(&String::from_utf8_lossy(&text), 300),
             }))
         }
     }
@@ -335,40 +332,6 @@ async fn delete_session(http: Arc<UpstreamHttp>, sid: HeaderValue, mut headers: 
     }
 }
 
-fn is_sse(h: &HeaderMap) -> bool {
-    h.get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| {
-            ct.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("text/event-stream")
-        })
-}
-
-fn to_bytes(v: &Value) -> Bytes {
-    Bytes::from(serde_json::to_vec(v).expect("JSON values serialize"))
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.len() <= n {
-        return s.to_string();
-    }
-    let mut end = n;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
-}
-
-/// Parses one SSE `data` payload or a JSON body into messages (a batch yields several).
-fn messages_of(text: &str) -> Result<Vec<Value>, String> {
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Array(items)) => Ok(items),
-        Ok(v) => Ok(vec![v]),
-        Err(e) => Err(format!("the legacy server sent malformed JSON: {e}")),
-    }
-}
-
 /// Reads a response (JSON or SSE) until the JSON-RPC response with `id`; used for
 /// `initialize`, before any reader task exists.
 async fn first_response(
@@ -412,90 +375,6 @@ async fn first_response(
             for m in messages_of(&ev.data).map_err(SessionError::Protocol)? {
                 if m.get("id") == Some(id) && m.get("method").is_none() {
                     return Ok(m);
-                }
-            }
-        }
-    }
-}
-
-/// Reader task: forwards every message of one response stream, then its end.
-async fn read_stream(
-    tag: StreamTag,
-    resp: hyper::Response<Incoming>,
-    tx: mpsc::Sender<Inbound>,
-    limits: UpstreamLimits,
-    sse: bool,
-) {
-    let error = if sse {
-        read_sse(tag, resp.into_body(), &tx, &limits).await.err()
-    } else {
-        match read_body(
-            resp.into_body(),
-            limits.max_event_bytes,
-            limits.idle_timeout,
-        )
-        .await
-        {
-            Err(e) => Some(e.to_string()),
-            Ok(bytes) => match messages_of(&String::from_utf8_lossy(&bytes)) {
-                Err(e) => Some(e),
-                Ok(msgs) => {
-                    for m in msgs {
-                        if tx.send(Inbound::Message(tag, m)).await.is_err() {
-                            return;
-                        }
-                    }
-                    None
-                }
-            },
-        }
-    };
-    let _ = tx.send(Inbound::Ended { stream: tag, error }).await;
-}
-
-async fn read_sse(
-    tag: StreamTag,
-    mut body: Incoming,
-    tx: &mpsc::Sender<Inbound>,
-    limits: &UpstreamLimits,
-) -> Result<(), String> {
-    let mut dec = SseDecoder::new(limits.max_event_bytes, limits.max_stream_bytes);
-    let mut events = Vec::new();
-    loop {
-        // The GET stream may be silent for as long as the session lives; a call stream may not.
-        let next = if tag == StreamTag::Get {
-            body.frame().await
-        } else {
-            match tokio::time::timeout(limits.idle_timeout, body.frame()).await {
-                Ok(f) => f,
-                Err(_) => {
-                    return Err(format!(
-                        "the legacy server sent nothing for {:?}",
-                        limits.idle_timeout
-                    ));
-                }
-            }
-        };
-        let frame = match next {
-            None => return Ok(()),
-            Some(Err(e)) => return Err(format!("the legacy stream broke: {e}")),
-            Some(Ok(f)) => f,
-        };
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        dec.feed(&data, &mut events).map_err(|e| e.to_string())?;
-        for ev in events.drain(..) {
-            if ev.data.is_empty() {
-                // A priming event (id, empty data) carries nothing to deliver.
-                continue;
-            }
-            if ev.event.as_deref().is_some_and(|t| t != "message") {
-                continue;
-            }
-            for m in messages_of(&ev.data)? {
-                if tx.send(Inbound::Message(tag, m)).await.is_err() {
-                    return Ok(());
                 }
             }
         }

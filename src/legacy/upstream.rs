@@ -1,4 +1,4 @@
-//! The configured legacy server: how to open sessions with it.
+//! The configured legacy server: how to open sessions with it, whatever its transport.
 
 use std::sync::Arc;
 
@@ -7,32 +7,50 @@ use tokio::sync::mpsc;
 
 use super::capabilities::Declared;
 use super::http::UpstreamHttp;
+use super::http_sse::SseSession;
+use super::limit_hits::LimitHits;
 use super::session::{Inbound, LegacySession, SessionError};
+use super::stdio_upstream::StdioUpstream;
 use super::streamable_http::HttpSession;
-use crate::config::UpstreamConfig;
+use crate::config::{UpstreamConfig, UpstreamTransport};
 
 pub enum Upstream {
     /// Streamable HTTP (2025-03-26 … 2025-11-25).
     Http(Arc<UpstreamHttp>),
+    /// HTTP+SSE (2024-11-05): `url` is the SSE endpoint.
+    Sse(Arc<UpstreamHttp>),
+    /// A child process per session.
+    Stdio(Arc<StdioUpstream>),
 }
 
 impl Upstream {
-    pub fn from_config(cfg: &UpstreamConfig) -> Upstream {
-        Upstream::Http(Arc::new(UpstreamHttp::new(cfg)))
+    /// The upstream `cfg` describes; limits it enforces are counted in `hits`.
+    pub fn from_config(cfg: &UpstreamConfig, hits: LimitHits) -> Upstream {
+        match cfg.transport {
+            UpstreamTransport::StreamableHttp => {
+                Upstream::Http(Arc::new(UpstreamHttp::new(cfg, hits)))
+            }
+            UpstreamTransport::Sse => Upstream::Sse(Arc::new(UpstreamHttp::new(cfg, hits))),
+            UpstreamTransport::Stdio => Upstream::Stdio(Arc::new(StdioUpstream::new(cfg, hits))),
+        }
     }
 
     /// Where the legacy server is, for logs.
     pub fn describe(&self) -> String {
         match self {
             Upstream::Http(h) => h.url.to_string(),
+            Upstream::Sse(h) => format!("{} (HTTP+SSE)", h.url),
+            Upstream::Stdio(s) => format!("stdio: {}", s.describe()),
         }
     }
 
-    /// Whether the legacy server accepts connections (readiness): a TCP connect within
-    /// `timeout`. Cheap on purpose; a full `initialize` happens on the next call anyway.
+    /// Whether the legacy server can be reached (readiness): for HTTP transports a TCP
+    /// connect within `timeout`; for stdio, that child starts are not backing off after
+    /// failures. Cheap on purpose; a full `initialize` happens on the next call anyway.
     pub async fn probe(&self, timeout: std::time::Duration) -> Result<(), String> {
         match self {
-            Upstream::Http(h) => {
+            Upstream::Stdio(s) => s.ready(),
+            Upstream::Http(h) | Upstream::Sse(h) => {
                 let host = h.url.host_str().unwrap_or("localhost").to_string();
                 let port = h.url.port_or_known_default().unwrap_or(80);
                 match tokio::time::timeout(
@@ -52,7 +70,8 @@ impl Upstream {
     /// The legacy version the next session is expected to negotiate.
     pub fn request_version(&self) -> String {
         match self {
-            Upstream::Http(h) => h.request_version(),
+            Upstream::Http(h) | Upstream::Sse(h) => h.versions.request_version(),
+            Upstream::Stdio(s) => s.versions.request_version(),
         }
     }
 
@@ -68,6 +87,14 @@ impl Upstream {
             Upstream::Http(h) => {
                 let (s, rx) = HttpSession::open(h.clone(), capabilities, headers).await?;
                 Ok((LegacySession::Http(s), rx))
+            }
+            Upstream::Sse(h) => {
+                let (s, rx) = SseSession::open(h.clone(), capabilities, headers).await?;
+                Ok((LegacySession::Sse(s), rx))
+            }
+            Upstream::Stdio(u) => {
+                let (s, rx) = u.open(capabilities).await?;
+                Ok((LegacySession::Stdio(s), rx))
             }
         }
     }

@@ -21,14 +21,33 @@ pub const TEST_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 /// A gateway configuration for `upstream`, with `extra` TOML sections appended (they may
 /// not repeat `[listen]`, `[upstream]` or `[state]`; use `upstream_extra`/`state_extra`).
 pub fn config(upstream: &str, upstream_extra: &str, state_extra: &str, extra: &str) -> Config {
+    config_with_upstream(
+        &format!(
+            "url = \"{upstream}\"\nresponse_timeout = \"5s\"\ncall_timeout = \"20s\"\n{upstream_extra}"
+        ),
+        state_extra,
+        extra,
+    )
+}
+
+/// A gateway configuration whose whole `[upstream]` table is `upstream` (for transports and
+/// timeouts other than the defaults `config` writes).
+pub fn config_with_upstream(upstream: &str, state_extra: &str, extra: &str) -> Config {
     let text = format!(
         "[listen]\naddr = \"127.0.0.1:0\"\n\
-         [upstream]\nurl = \"{upstream}\"\nresponse_timeout = \"5s\"\ncall_timeout = \"20s\"\n{upstream_extra}\n\
+         [upstream]\n{upstream}\n\
          [state]\n{state_extra}\n\
          [[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n\
          {extra}\n"
     );
     Config::from_toml_str(&text, &[], None).unwrap_or_else(|e| panic!("test config: {e}\n{text}"))
+}
+
+/// `items` as a TOML array of strings.
+pub fn toml_strings<S: AsRef<str>>(items: &[S]) -> String {
+    let v: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
+    // JSON string escapes are valid TOML basic-string escapes.
+    serde_json::to_string(&v).expect("strings serialize")
 }
 
 pub struct Env {

@@ -43,7 +43,7 @@ pub struct PyLegacyServer {
     _dir: tempdir::TempDir,
 }
 
-mod tempdir {
+pub mod tempdir {
     use std::path::{Path, PathBuf};
 
     /// A directory removed on drop (tests only; avoids a dependency for one use).
@@ -115,18 +115,68 @@ impl PyLegacyServer {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
 
+    /// The HTTP+SSE endpoint (when started with `--transport sse`).
+    pub fn sse_url(&self) -> String {
+        format!("http://127.0.0.1:{}/sse", self.port)
+    }
+
     /// How many times each tool / prompt / resource body started.
     pub fn starts(&self, name: &str) -> usize {
-        std::fs::read_to_string(&self.count_file)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.trim() == name)
-            .count()
+        starts_in(&self.count_file, name)
     }
 
     pub async fn kill(mut self) {
         let _ = self.child.kill().await;
     }
+}
+
+/// How many times each body started, from a `--count-file`.
+pub fn starts_in(count_file: &std::path::Path, name: &str) -> usize {
+    std::fs::read_to_string(count_file)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.trim() == name)
+        .count()
+}
+
+/// The text of a tool, prompt or resource result in a scenario report.
+pub fn result_text(report: &Value) -> String {
+    let r = &report["result"];
+    r.pointer("/content/0/text")
+        .or_else(|| r.pointer("/messages/0/content/text"))
+        .or_else(|| r.pointer("/contents/0/text"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The scenario ran without error and (in raw mode) without protocol violations.
+pub fn assert_ok(report: &Value) {
+    assert_eq!(report["ok"], true, "{report:#}");
+    assert!(
+        report["violations"].as_array().is_none_or(Vec::is_empty),
+        "{report:#}"
+    );
+}
+
+/// Raw-mode rounds that asked for input, with their request methods (sorted).
+pub fn input_rounds(report: &Value) -> Vec<Vec<String>> {
+    report["rounds"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["resultType"] == "input_required")
+        .map(|r| {
+            let mut m: Vec<String> = r["inputRequests"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(_, v)| v["method"].as_str().unwrap_or_default().to_string())
+                .collect();
+            m.sort();
+            m
+        })
+        .collect()
 }
 
 /// Runs one `modern_client.py` scenario against `url`; returns its JSON report.
