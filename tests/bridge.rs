@@ -737,3 +737,174 @@ async fn discover_is_synthesized_cached_and_stamped() {
     assert_eq!((p.status.as_u16(), p.error_code()), (404, Some(-32601)));
     env.stop().await;
 }
+
+fn url_handlers() -> Handlers {
+    let runs = Arc::new(AtomicU64::new(0));
+    Handlers::new()
+        .tool("link", "asks the user to visit a URL", json!({"type": "object"}), |ctx, _| async move {
+            let a = ctx
+                .elicit_url("Authorize the app", "https://auth.example/start?x=1", "eid-123")
+                .await?;
+            Ok(tool_text(format!("link: {}", a["action"].as_str().unwrap_or("?"))))
+        })
+        .tool("needs_url", "fails with -32042 until the URL step was done", json!({"type": "object"}), move |_, _| {
+            let n = runs.fetch_add(1, Ordering::SeqCst);
+            async move {
+                // Every other execution needs the URL step (the first, the third, ...).
+                if n % 2 == 0 {
+                    return Err(RpcError::new(-32042, "URL elicitation required").with_data(json!({
+                        "elicitations": [{"mode": "url", "elicitationId": "eid-9", "url": "https://pay.example/3ds", "message": "Confirm the payment"}]
+                    })));
+                }
+                Ok(tool_text("paid"))
+            }
+        })
+        .tool("sample_tools", "sampling with tools", json!({"type": "object"}), |ctx, _| async move {
+            let r = ctx
+                .create_message(json!({"messages": [{"role": "user", "content": {"type": "text", "text": "weather?"}}],
+                    "maxTokens": 5, "tools": [{"name": "get_weather", "inputSchema": {"type": "object"}}], "toolChoice": {"mode": "auto"}}))
+                .await?;
+            Ok(tool_text(r["content"]["text"].as_str().unwrap_or("?").to_string()))
+        })
+}
+
+fn url_answer(_key: &str, req: &Value) -> Result<Value, String> {
+    if req["params"]["mode"] == "url" {
+        return Ok(json!({"action": "accept"}));
+    }
+    answer(_key, req)
+}
+
+#[tokio::test]
+async fn url_mode_elicitation_becomes_a_url_input_request_only_when_declared() {
+    let env = env(url_handlers()).await;
+    let with_url = env
+        .client()
+        .with_capabilities(json!({"elicitation": {"form": {}, "url": {}}}));
+    let (rounds, last) = with_url
+        .call_with_input(
+            "tools/call",
+            json!({"name": "link", "arguments": {}}),
+            &mut url_answer,
+            4,
+        )
+        .await
+        .unwrap();
+    assert_eq!(rounds.len(), 1);
+    let req = rounds[0].input_requests.values().next().unwrap();
+    assert_eq!(
+        req["params"],
+        json!({"mode": "url", "message": "Authorize the app", "url": "https://auth.example/start?x=1"})
+    );
+    assert_eq!(text(last.result().unwrap()), "link: accept");
+    // The legacy elicitationId travels in the sealed state, not in the request.
+    let state = rounds[0].exchange.result().unwrap()["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (payload, _) = env
+        .gw
+        .codec
+        .open(&state, mrtr_gateway::state::now_secs())
+        .unwrap();
+    assert_eq!(
+        payload
+            .pnd
+            .values()
+            .next()
+            .unwrap()
+            .elicitation_id
+            .as_deref(),
+        Some("eid-123")
+    );
+
+    let form_only = env.client().with_capabilities(json!({"elicitation": {}}));
+    let r = form_only
+        .request("tools/call", json!({"name": "link", "arguments": {}}))
+        .await
+        .unwrap();
+    assert_eq!(r.error_code(), Some(-32021));
+    assert_eq!(
+        r.error().unwrap()["data"]["requiredCapabilities"],
+        json!({"elicitation": {"url": {}}})
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn legacy_error_32042_becomes_an_input_required_round_and_never_reaches_the_client() {
+    let env = env(url_handlers()).await;
+    let with_url = env
+        .client()
+        .with_capabilities(json!({"elicitation": {"url": {}}}));
+    let (rounds, last) = with_url
+        .call_with_input(
+            "tools/call",
+            json!({"name": "needs_url", "arguments": {}}),
+            &mut url_answer,
+            4,
+        )
+        .await
+        .unwrap();
+    assert_eq!(rounds.len(), 1);
+    let req = rounds[0].input_requests.values().next().unwrap();
+    assert_eq!(req["method"], "elicitation/create");
+    assert_eq!(req["params"]["url"], "https://pay.example/3ds");
+    assert!(req["params"].get("elicitationId").is_none());
+    assert_eq!(text(last.result().unwrap()), "paid");
+    assert!(!String::from_utf8_lossy(&rounds[0].exchange.raw_body).contains("-32042"));
+
+    // Without elicitation.url the client is told what it lacks.
+    let form_only = env.client().with_capabilities(json!({"elicitation": {}}));
+    let r = form_only
+        .request("tools/call", json!({"name": "needs_url", "arguments": {}}))
+        .await
+        .unwrap();
+    assert_eq!(r.error_code(), Some(-32021), "{:?}", r.message);
+    assert_eq!(
+        r.error().unwrap()["data"]["requiredCapabilities"],
+        json!({"elicitation": {"url": {}}})
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn sampling_with_tools_needs_sampling_tools() {
+    let env = env(url_handlers()).await;
+    let plain = env.client().with_capabilities(json!({"sampling": {}}));
+    let r = plain
+        .request(
+            "tools/call",
+            json!({"name": "sample_tools", "arguments": {}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.error_code(), Some(-32021));
+    assert_eq!(
+        r.error().unwrap()["data"]["requiredCapabilities"],
+        json!({"sampling": {"tools": {}}})
+    );
+    let tools = env
+        .client()
+        .with_capabilities(json!({"sampling": {"tools": {}}}));
+    let (rounds, last) = tools
+        .call_with_input(
+            "tools/call",
+            json!({"name": "sample_tools", "arguments": {}}),
+            &mut answer,
+            4,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        rounds[0].input_requests.values().next().unwrap()["params"]["tools"][0]["name"],
+        "get_weather"
+    );
+    assert_eq!(text(last.result().unwrap()), "sampled");
+    let init = env.legacy.stats().received_with_method("initialize");
+    assert_eq!(
+        init.last().unwrap().raw["params"]["capabilities"]["sampling"],
+        json!({"tools": {}})
+    );
+    env.stop().await;
+}

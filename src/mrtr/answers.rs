@@ -75,6 +75,11 @@ impl AnswerBook {
         Ok(Some(answer.clone()))
     }
 
+    /// The answer for `key`, if any, without using it.
+    pub fn peek(&self, key: &str) -> Option<&Value> {
+        self.known.get(key)
+    }
+
     /// Answers the next state carries.
     pub fn carry(&self) -> BTreeMap<String, Value> {
         self.known

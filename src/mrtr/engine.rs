@@ -29,6 +29,7 @@ use super::answers::AnswerBook;
 use super::input_key::KeyMinter;
 use super::origin;
 use super::run::{Captured, Mode, Question, Run};
+use super::url_required;
 use crate::config::ParkPolicy;
 use crate::error::{Fault, Rejection};
 use crate::gateway::Gateway;
@@ -337,7 +338,7 @@ async fn execute(
             waiting,
         )
         .await;
-    let Mode::Mrtr { minter, .. } = mode else {
+    let Mode::Mrtr { mut minter, .. } = mode else {
         unreachable!("the mode stays MRTR")
     };
     let server_info = translate::server_info(Some(run.init_result()));
@@ -345,10 +346,20 @@ async fn execute(
         .upstream_duration
         .with_label_values(&[method_label(&call.method)])
         .observe(started.elapsed().as_secs_f64());
-    let questions = match captured {
+    // `parkable`: whether a legacy call is still blocked on the questions (a -32042 error
+    // ended the call; there is nothing to park).
+    let (questions, parkable) = match captured {
         Err(rej) => {
             run.abandon(rej.reason).await;
             return Err(rej);
+        }
+        Ok(Captured::Final(msg)) if url_required::url_elicitations(&msg).is_some() => {
+            run.finish().await;
+            let list = url_required::url_elicitations(&msg).unwrap_or_default();
+            (
+                url_required::questions(call, list, &mut minter, &declared, &book)?,
+                false,
+            )
         }
         Ok(Captured::Final(msg)) => {
             run.finish().await;
@@ -361,7 +372,7 @@ async fn execute(
             });
             return final_result(msg, call, &server_info, hint);
         }
-        Ok(Captured::NeedInput(questions)) => questions,
+        Ok(Captured::NeedInput(questions)) => (questions, true),
     };
 
     let round = prior.as_ref().map_or(0, |p| p.rnd) + 1;
@@ -397,7 +408,9 @@ async fn execute(
     }
 
     // Park the blocked call when the policy and the lot allow; otherwise cancel it.
-    let parked = if policy != ParkPolicy::Replay && cfg.parking.max_calls > 0 {
+    let parked = if !parkable {
+        None
+    } else if policy != ParkPolicy::Replay && cfg.parking.max_calls > 0 {
         let (parked_call, inbound) = run.into_parked(questions, minter, call.describe());
         let p = &cfg.parking;
         match gw.parking.park(

@@ -9,3 +9,4 @@ pub mod origin;
 pub mod parking;
 pub mod run;
 pub mod shape;
+pub mod url_required;
