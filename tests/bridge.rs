@@ -751,7 +751,7 @@ fn url_handlers() -> Handlers {
             let n = runs.fetch_add(1, Ordering::SeqCst);
             async move {
                 // Every other execution needs the URL step (the first, the third, ...).
-                if n % 2 == 0 {
+                if n.is_multiple_of(2) {
                     return Err(RpcError::new(-32042, "URL elicitation required").with_data(json!({
                         "elicitations": [{"mode": "url", "elicitationId": "eid-9", "url": "https://pay.example/3ds", "message": "Confirm the payment"}]
                     })));
