@@ -18,6 +18,7 @@ use crate::jsonrpc::codes;
 use crate::legacy::capabilities::Declared;
 use crate::legacy::http::HttpError;
 use crate::legacy::limit_hits::LimitHits;
+use crate::legacy::pool::{PoolKey, PoolMetrics, SessionPool};
 use crate::legacy::session::{Inbound, LegacySession, SessionError};
 use crate::legacy::upstream::Upstream;
 use crate::metrics::Metrics;
@@ -43,6 +44,8 @@ pub struct Gateway {
     upstream_probe: Mutex<Option<(Instant, Result<(), String>)>>,
     /// Blocked legacy calls waiting for their retry on this replica.
     pub parking: Arc<ParkingLot>,
+    /// Warm legacy sessions between calls.
+    pub pool: Arc<SessionPool>,
     /// Who is calling (rebuilt on reload, so key files are re-read).
     auth: ArcSwap<Authenticator>,
     /// Where `requestState` ids are claimed (rebuilt only when `[single_use]` changes: a new
@@ -101,6 +104,14 @@ impl Gateway {
             SingleUseMetrics::register(&metrics.registry).map_err(|e| e.to_string())?;
         let single_use = SingleUseStore::build(&config.single_use, single_use_metrics.clone())
             .map_err(|e| e.to_string())?;
+        let pool = Arc::new(SessionPool::new(
+            PoolMetrics {
+                idle: metrics.pool_idle.clone(),
+                checkouts: metrics.pool_checkouts.clone(),
+                discards: metrics.pool_discards.clone(),
+            },
+            config.pool.idle_timeout,
+        ));
         let background = CancellationToken::new();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(
@@ -108,9 +119,11 @@ impl Gateway {
                     .clone()
                     .run_sweeper(Duration::from_millis(500), background.clone()),
             );
+            rt.spawn(pool.clone().run_sweeper(background.clone()));
         }
         Ok(Arc::new(Gateway {
             parking,
+            pool,
             background,
             auth: ArcSwap::from_pointee(auth),
             single_use: ArcSwap::from_pointee(single_use),
@@ -172,7 +185,11 @@ impl Gateway {
                 &new.upstream,
                 LimitHits::new(self.metrics.limit_hits.clone()),
             )));
+            // Warm sessions belong to the old upstream.
+            let pool = self.pool.clone();
+            tokio::spawn(async move { pool.clear().await });
         }
+        self.pool.set_idle_timeout(new.pool.idle_timeout);
         self.codec.replace_ring(KeyRing::new(&new.state.keys));
         self.metrics.key_ring_keys.set(new.state.keys.len() as i64);
         self.codec.set_limits(StateLimits {
@@ -215,9 +232,40 @@ impl Gateway {
         self.request_slots.clone().try_acquire_owned().ok()
     }
 
-    /// Cancels every parked call upstream (shutdown).
+    /// Cancels every parked call upstream and closes warm sessions (shutdown).
     pub async fn release_parked(&self) {
         self.parking.clear().await;
+        self.pool.clear().await;
+    }
+
+    /// A session for a call: a warm one from the pool, or a new one.
+    pub async fn checkout_session(
+        &self,
+        key: &PoolKey,
+        declared: &Declared,
+        headers: HeaderMap,
+    ) -> Result<(LegacySession, mpsc::Receiver<Inbound>), Rejection> {
+        let cfg = self.config();
+        if let Some(s) = self.pool.checkout(key, &cfg.pool).await {
+            return Ok(s);
+        }
+        // Idle children count against stdio's child limit: make room rather than wait.
+        if self.upstream().at_capacity() {
+            self.pool.evict_one().await;
+        }
+        self.open_session(declared, headers).await
+    }
+
+    /// Gives a session back after a clean completion (pooled, or closed per `pool.mode`).
+    pub async fn return_session(
+        &self,
+        key: PoolKey,
+        session: LegacySession,
+        inbound: mpsc::Receiver<Inbound>,
+    ) {
+        self.pool
+            .checkin(key, session, inbound, &self.config().pool)
+            .await;
     }
 
     pub fn start_draining(&self) {

@@ -28,6 +28,9 @@ pub struct Metrics {
     pub draining: IntGauge,
     pub key_ring_keys: IntGauge,
     pub parked_calls: IntGauge,
+    pub pool_idle: IntGauge,
+    pub pool_checkouts: IntCounterVec,
+    pub pool_discards: IntCounterVec,
     pub parked_evictions: IntCounterVec,
     pub max_rounds_exceeded: IntCounterVec,
     pub volatile_questions: IntCounterVec,
@@ -165,6 +168,20 @@ impl Metrics {
             "parked_calls",
             "Legacy calls parked now, waiting for their retry.",
         );
+        let pool_idle = gauge(
+            "pool_idle_sessions",
+            "Warm legacy sessions idle in the pool now.",
+        );
+        let pool_checkouts = counter_vec(
+            "pool_checkouts_total",
+            "Session checkouts from the pool, by result (hit: a warm session; miss: a new one).",
+            &["result"],
+        );
+        let pool_discards = counter_vec(
+            "pool_discards_total",
+            "Pooled sessions closed instead of reused, by reason.",
+            &["reason"],
+        );
         let parked_evictions = counter_vec(
             "parked_evictions_total",
             "Parked calls cancelled without being resumed, by reason (expired, overflow, stream_ended, shutdown).",
@@ -202,6 +219,9 @@ impl Metrics {
             draining,
             key_ring_keys,
             parked_calls,
+            pool_idle,
+            pool_checkouts,
+            pool_discards,
             parked_evictions,
             max_rounds_exceeded,
             volatile_questions,

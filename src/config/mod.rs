@@ -76,8 +76,25 @@ pub struct Config {
     pub drain: DrainConfig,
     pub replica: ReplicaConfig,
     pub parking: ParkingConfig,
+    pub pool: PoolConfig,
     pub single_use: crate::single_use::SingleUseConfig,
     pub auth: crate::auth::config::AuthConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolMode {
+    /// Keep sessions warm between calls (checked out by one call at a time).
+    Pooled,
+    /// A fresh session per call, closed after it.
+    PerCall,
+}
+
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    pub mode: PoolMode,
+    pub max_idle_per_key: usize,
+    pub max_idle: usize,
+    pub idle_timeout: Duration,
 }
 
 /// What happens to a blocked legacy call when the gateway returns `input_required`.
@@ -538,9 +555,25 @@ impl Config {
             },
         };
         let parking = parking_config(&raw.parking, state.ttl)?;
+        let pool = PoolConfig {
+            mode: match raw.pool.mode.as_str() {
+                "pooled" => PoolMode::Pooled,
+                "per-call" => PoolMode::PerCall,
+                other => {
+                    return Err(ConfigError::new(
+                        "pool.mode",
+                        format!("must be \"pooled\" or \"per-call\", not {other:?}"),
+                    ));
+                }
+            },
+            max_idle_per_key: usize::try_from(raw.pool.max_idle_per_key).unwrap_or(usize::MAX),
+            max_idle: usize::try_from(raw.pool.max_idle).unwrap_or(usize::MAX),
+            idle_timeout: nonzero_duration("pool.idle_timeout", &raw.pool.idle_timeout)?,
+        };
         let single_use = crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir)?;
         let auth = crate::auth::config::AuthConfig::from_raw(&raw.auth, base_dir)?;
         Ok(Config {
+            pool,
             parking,
             listen,
             upstream,

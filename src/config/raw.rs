@@ -36,6 +36,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub parking: RawParking,
     #[serde(default)]
+    pub pool: RawPool,
+    #[serde(default)]
     pub single_use: crate::single_use::config::RawSingleUse,
     #[serde(default)]
     pub auth: crate::auth::config::RawAuth,
@@ -306,4 +308,24 @@ pub struct RawParkingRule {
     #[serde(default)]
     pub name: Option<String>,
     pub policy: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawPool {
+    pub mode: String,
+    pub max_idle_per_key: u64,
+    pub max_idle: u64,
+    pub idle_timeout: String,
+}
+
+impl Default for RawPool {
+    fn default() -> Self {
+        RawPool {
+            mode: "pooled".into(),
+            max_idle_per_key: 8,
+            max_idle: 256,
+            idle_timeout: "60s".into(),
+        }
+    }
 }

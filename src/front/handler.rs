@@ -254,6 +254,7 @@ async fn handle_inner(
         meta,
         principal: principal.0,
         upstream_headers: upstream_headers(&parts.headers, &auth),
+        credential: auth.credential_key(&parts.headers),
     };
     let sse = accepts_sse(&parts.headers);
     let gw_work = gw.clone();

@@ -8,6 +8,7 @@ pub mod http_sse;
 pub mod http_stream;
 pub mod limit_hits;
 pub mod pending;
+pub mod pool;
 pub mod session;
 pub mod spawn_backoff;
 pub mod sse;

@@ -74,6 +74,11 @@ impl StdioUpstream {
             })
     }
 
+    /// Whether every child slot is taken.
+    pub fn at_capacity(&self) -> bool {
+        self.children.available_permits() == 0
+    }
+
     /// Children alive now (each holds a slot until it has exited).
     pub fn live_children(&self) -> usize {
         self.max_children - self.children.available_permits()

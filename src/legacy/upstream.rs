@@ -67,6 +67,15 @@ impl Upstream {
         }
     }
 
+    /// Whether opening a session now would have to wait for a live one to end (stdio: every
+    /// child slot taken).
+    pub fn at_capacity(&self) -> bool {
+        match self {
+            Upstream::Stdio(s) => s.at_capacity(),
+            _ => false,
+        }
+    }
+
     /// The legacy version the next session is expected to negotiate.
     pub fn request_version(&self) -> String {
         match self {

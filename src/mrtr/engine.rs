@@ -354,12 +354,14 @@ async fn execute(
             return Err(rej);
         }
         Ok(Captured::Final(msg)) if url_required::url_elicitations(&msg).is_some() => {
-            run.finish().await;
             let list = url_required::url_elicitations(&msg).unwrap_or_default();
-            (
-                url_required::questions(call, list, &mut minter, &declared, &book)?,
-                false,
-            )
+            match url_required::questions(call, list, &mut minter, &declared, &book) {
+                Ok(q) => (q, false),
+                Err(rej) => {
+                    run.finish().await;
+                    return Err(rej);
+                }
+            }
         }
         Ok(Captured::Final(msg)) => {
             run.finish().await;
@@ -409,6 +411,8 @@ async fn execute(
 
     // Park the blocked call when the policy and the lot allow; otherwise cancel it.
     let parked = if !parkable {
+        // The call already ended (-32042): its session is clean and reusable.
+        run.finish().await;
         None
     } else if policy != ParkPolicy::Replay && cfg.parking.max_calls > 0 {
         let (parked_call, inbound) = run.into_parked(questions, minter, call.describe());

@@ -30,6 +30,8 @@ pub struct ParkedCall {
     pub minter: KeyMinter,
     /// The request `method` and its target name, for logs.
     pub what: String,
+    /// Where the session goes after the resumed call completes cleanly.
+    pub pool_key: crate::legacy::pool::PoolKey,
 }
 
 /// A call taken back out of the lot, with everything that arrived while it was parked.

@@ -25,6 +25,7 @@ use crate::gateway::{Gateway, session_rejection};
 use crate::jsonrpc::{self, ErrorObject, MessageKind, codes};
 use crate::legacy::capabilities::Declared;
 use crate::legacy::http::HttpError;
+use crate::legacy::pool::PoolKey;
 use crate::legacy::session::{Inbound, LegacySession, SessionError, StreamTag};
 use crate::metrics::method_label;
 use crate::protocol::meta::{RequestMeta, log_level_rank};
@@ -39,6 +40,9 @@ pub struct Call {
     pub principal: String,
     /// Headers to send on every upstream request of this call (credentials, trace context).
     pub upstream_headers: http::HeaderMap,
+    /// A digest of the credential forwarded upstream ("" when none is): part of the key
+    /// under which warm sessions are shared.
+    pub credential: String,
 }
 
 impl Call {
@@ -123,6 +127,8 @@ pub struct StartError {
 /// A legacy session with the modern request's call in flight.
 pub struct Run<'g> {
     gw: &'g Gateway,
+    /// Where the session goes back after a clean completion.
+    pool_key: PoolKey,
     session: Option<LegacySession>,
     inbound: mpsc::Receiver<Inbound>,
     call_id: i64,
@@ -172,14 +178,24 @@ impl<'g> Run<'g> {
         declared: &Declared,
     ) -> Result<Run<'g>, StartError> {
         let params = legacy_params(&call.params);
+        let pool_key = PoolKey {
+            principal: call.principal.clone(),
+            capabilities: declared.label(),
+            credential: call.credential.clone(),
+        };
         for attempt in 0..2 {
-            let (mut session, inbound) = gw
-                .open_session(declared, call.upstream_headers.clone())
-                .await
-                .map_err(|rejection| StartError {
-                    rejection,
-                    call_sent: false,
-                })?;
+            // A warm session first; after a 404, always a fresh one.
+            let opened = if attempt == 0 {
+                gw.checkout_session(&pool_key, declared, call.upstream_headers.clone())
+                    .await
+            } else {
+                gw.open_session(declared, call.upstream_headers.clone())
+                    .await
+            };
+            let (mut session, inbound) = opened.map_err(|rejection| StartError {
+                rejection,
+                call_sent: false,
+            })?;
             if let Some(level) = &call.meta.log_level
                 && session
                     .init_result()
@@ -195,6 +211,7 @@ impl<'g> Run<'g> {
                 Ok(call_id) => {
                     return Ok(Run {
                         gw,
+                        pool_key,
                         session: Some(session),
                         inbound,
                         call_id,
@@ -233,11 +250,13 @@ impl<'g> Run<'g> {
             call_id,
             waiting,
             minter,
+            pool_key,
             ..
         } = r.call;
         (
             Run {
                 gw,
+                pool_key,
                 session: Some(session),
                 inbound: r.inbound,
                 call_id,
@@ -266,10 +285,14 @@ impl<'g> Run<'g> {
         }
     }
 
-    /// Ends the session after a clean completion.
-    pub async fn finish(&mut self) {
+    /// After a clean completion: the session goes back to the pool (or is closed, per
+    /// `pool.mode`).
+    pub async fn finish(mut self) {
         if let Some(s) = self.session.take() {
-            s.close().await;
+            let inbound = std::mem::replace(&mut self.inbound, mpsc::channel(1).1);
+            self.gw
+                .return_session(self.pool_key.clone(), s, inbound)
+                .await;
         }
     }
 
@@ -290,6 +313,7 @@ impl<'g> Run<'g> {
             waiting,
             minter,
             what,
+            pool_key: self.pool_key.clone(),
         };
         (call, self.inbound)
     }

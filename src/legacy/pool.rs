@@ -1,0 +1,276 @@
+//! Warm legacy sessions, checked out exclusively by one call at a time.
+//!
+//! Opening a legacy session costs several round trips (`initialize`, `initialized`, the GET
+//! stream) — for stdio, a whole process. The pool keeps sessions that ended a call cleanly and
+//! hands them to the next call with the same key: the principal, the declared capability set
+//! (a legacy session's capabilities are fixed at `initialize`), and the forwarded credential.
+//! A checked-out session belongs to one call only, so every server request on it — GET stream
+//! included — belongs to that call.
+//!
+//! A session is not returned after anything unusual (the engine abandons it instead: cancel,
+//! timeout, error, parking). At checkout, what arrived while it sat idle is inspected: a
+//! server request no call can own, or a stream that ended, discards the session. Bounds:
+//! `pool.max_idle_per_key`, `pool.max_idle`, `pool.idle_timeout`. `pool.mode = "per-call"`
+//! turns pooling off for legacy servers that keep per-session state across calls.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TryRecvError;
+
+use super::session::{Inbound, LegacySession, StreamTag};
+use crate::config::{PoolConfig, PoolMode};
+use crate::jsonrpc::{self, MessageKind};
+
+/// Which sessions may be shared.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    pub principal: String,
+    /// `Declared::label()` of the capabilities the session declared.
+    pub capabilities: String,
+    /// A digest of the credential forwarded upstream ("" when none is).
+    pub credential: String,
+}
+
+struct Idle {
+    session: LegacySession,
+    inbound: mpsc::Receiver<Inbound>,
+    since: Instant,
+}
+
+pub struct PoolMetrics {
+    pub idle: prometheus::IntGauge,
+    pub checkouts: prometheus::IntCounterVec,
+    pub discards: prometheus::IntCounterVec,
+}
+
+pub struct SessionPool {
+    idle: Mutex<HashMap<PoolKey, Vec<Idle>>>,
+    metrics: PoolMetrics,
+    /// `pool.idle_timeout` in milliseconds, for the sweeper (updated on reload).
+    idle_timeout_ms: std::sync::atomic::AtomicU64,
+}
+
+/// Why an idle session was not reused (metrics label).
+fn unusable(inbound: &mut mpsc::Receiver<Inbound>) -> Option<&'static str> {
+    loop {
+        match inbound.try_recv() {
+            Ok(Inbound::Message(_, msg)) => {
+                if jsonrpc::classify(&msg) == MessageKind::Request {
+                    // Nobody can answer it now, and it may block the server: start fresh.
+                    return Some("unattributed_request");
+                }
+                // Late notifications or responses of the previous call: irrelevant now.
+                let _: Value = msg;
+            }
+            Ok(Inbound::Ended {
+                stream: StreamTag::Get,
+                ..
+            }) => return Some("stream_ended"),
+            Ok(Inbound::Ended { .. }) => {}
+            Err(TryRecvError::Empty) => return None,
+            Err(TryRecvError::Disconnected) => return Some("stream_ended"),
+        }
+    }
+}
+
+impl SessionPool {
+    pub fn new(metrics: PoolMetrics, idle_timeout: Duration) -> SessionPool {
+        SessionPool {
+            idle: Mutex::new(HashMap::new()),
+            metrics,
+            idle_timeout_ms: std::sync::atomic::AtomicU64::new(idle_timeout.as_millis() as u64),
+        }
+    }
+
+    pub fn set_idle_timeout(&self, d: Duration) {
+        self.idle_timeout_ms
+            .store(d.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Sweeps idle sessions every second until `shutdown`, then closes them all.
+    pub async fn run_sweeper(
+        self: std::sync::Arc<Self>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    self.clear().await;
+                    return;
+                }
+                _ = tick.tick() => {
+                    let ms = self.idle_timeout_ms.load(std::sync::atomic::Ordering::Relaxed);
+                    self.sweep(Duration::from_millis(ms)).await;
+                }
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PoolKey, Vec<Idle>>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn total(map: &HashMap<PoolKey, Vec<Idle>>) -> usize {
+        map.values().map(Vec::len).sum()
+    }
+
+    pub fn idle_count(&self) -> usize {
+        Self::total(&self.lock())
+    }
+
+    /// A warm session for `key`, if one is idle and still usable.
+    pub async fn checkout(
+        &self,
+        key: &PoolKey,
+        cfg: &PoolConfig,
+    ) -> Option<(LegacySession, mpsc::Receiver<Inbound>)> {
+        if cfg.mode == PoolMode::PerCall {
+            return None;
+        }
+        loop {
+            let candidate = {
+                let mut map = self.lock();
+                let c = map.get_mut(key).and_then(Vec::pop);
+                if map.get(key).is_some_and(Vec::is_empty) {
+                    map.remove(key);
+                }
+                self.metrics.idle.set(Self::total(&map) as i64);
+                c
+            };
+            let Some(mut idle) = candidate else {
+                self.metrics.checkouts.with_label_values(&["miss"]).inc();
+                return None;
+            };
+            let reason = if idle.since.elapsed() >= cfg.idle_timeout {
+                Some("idle_timeout")
+            } else if !idle.session.is_healthy() {
+                Some("unhealthy")
+            } else {
+                unusable(&mut idle.inbound)
+            };
+            match reason {
+                None => {
+                    self.metrics.checkouts.with_label_values(&["hit"]).inc();
+                    return Some((idle.session, idle.inbound));
+                }
+                Some(r) => {
+                    self.metrics.discards.with_label_values(&[r]).inc();
+                    idle.session.close().await;
+                }
+            }
+        }
+    }
+
+    /// Returns a session after a clean completion, or closes it when pooling is off or full.
+    pub async fn checkin(
+        &self,
+        key: PoolKey,
+        session: LegacySession,
+        inbound: mpsc::Receiver<Inbound>,
+        cfg: &PoolConfig,
+    ) {
+        let refused = if cfg.mode == PoolMode::PerCall {
+            None
+        } else if !session.is_healthy() {
+            Some("unhealthy")
+        } else {
+            let mut map = self.lock();
+            let total = Self::total(&map);
+            let here = map.get(&key).map_or(0, Vec::len);
+            if total >= cfg.max_idle || here >= cfg.max_idle_per_key {
+                Some("pool_full")
+            } else {
+                map.entry(key).or_default().push(Idle {
+                    session,
+                    inbound,
+                    since: Instant::now(),
+                });
+                self.metrics.idle.set((total + 1) as i64);
+                return;
+            }
+        };
+        if let Some(r) = refused {
+            self.metrics.discards.with_label_values(&[r]).inc();
+        }
+        session.close().await;
+    }
+
+    /// Closes idle sessions past `idle_timeout`; returns how many.
+    pub async fn sweep(&self, idle_timeout: Duration) -> usize {
+        let expired: Vec<Idle> = {
+            let mut map = self.lock();
+            let mut out = Vec::new();
+            for list in map.values_mut() {
+                let (old, keep): (Vec<Idle>, Vec<Idle>) = list
+                    .drain(..)
+                    .partition(|i| i.since.elapsed() >= idle_timeout);
+                *list = keep;
+                out.extend(old);
+            }
+            map.retain(|_, v| !v.is_empty());
+            self.metrics.idle.set(Self::total(&map) as i64);
+            out
+        };
+        let n = expired.len();
+        for i in expired {
+            self.metrics
+                .discards
+                .with_label_values(&["idle_timeout"])
+                .inc();
+            i.session.close().await;
+        }
+        n
+    }
+
+    /// Closes one idle session (any key), to make room when the upstream is at its limit of
+    /// live sessions (stdio children). Returns whether one was closed.
+    pub async fn evict_one(&self) -> bool {
+        let victim = {
+            let mut map = self.lock();
+            let oldest = map
+                .iter()
+                .flat_map(|(k, v)| {
+                    v.iter()
+                        .enumerate()
+                        .map(move |(i, s)| (k.clone(), i, s.since))
+                })
+                .min_by_key(|(_, _, since)| *since);
+            let v = oldest.and_then(|(k, i, _)| {
+                let list = map.get_mut(&k)?;
+                let victim = list.remove(i);
+                if list.is_empty() {
+                    map.remove(&k);
+                }
+                Some(victim)
+            });
+            self.metrics.idle.set(Self::total(&map) as i64);
+            v
+        };
+        match victim {
+            Some(i) => {
+                self.metrics.discards.with_label_values(&["evicted"]).inc();
+                i.session.close().await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Closes every idle session (shutdown, or an upstream change).
+    pub async fn clear(&self) {
+        let all: Vec<Idle> = {
+            let mut map = self.lock();
+            let v = map.drain().flat_map(|(_, v)| v).collect();
+            self.metrics.idle.set(0);
+            v
+        };
+        for i in all {
+            i.session.close().await;
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The legacy session pool: warm reuse, exclusive checkout, keys, discards, expiry.
+
+mod support;
+
+use std::time::Duration;
+
+use mrtr_gateway::legacy_server::{Handlers, LegacyServerConfig};
+use serde_json::json;
+use support::*;
+
+fn handlers() -> Handlers {
+    Handlers::new()
+        .tool("echo", "", json!({"type": "object"}), |_, a| async move {
+            Ok(tool_text(a["m"].as_str().unwrap_or("").to_string()))
+        })
+        .tool("slow", "", json!({"type": "object"}), |ctx, _| async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok(tool_text(ctx.session_id().unwrap_or("?").to_string()))
+        })
+        .tool(
+            "whoami",
+            "",
+            json!({"type": "object"}),
+            |ctx, _| async move { Ok(tool_text(ctx.session_id().unwrap_or("?").to_string())) },
+        )
+}
+
+async fn call(env: &Env, name: &str) -> String {
+    let r = env
+        .client()
+        .request("tools/call", json!({"name": name, "arguments": {"m": "x"}}))
+        .await
+        .unwrap();
+    text(r.result().unwrap_or_else(|| panic!("{:?}", r.message)))
+}
+
+#[tokio::test]
+async fn sequential_calls_reuse_one_warm_session() {
+    let env = env(handlers()).await;
+    let first = call(&env, "whoami").await;
+    let opened = env.legacy.stats().sessions_opened();
+    for _ in 0..5 {
+        assert_eq!(
+            call(&env, "whoami").await,
+            first,
+            "the same legacy session served every call"
+        );
+    }
+    assert_eq!(env.legacy.stats().sessions_opened(), opened);
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_pool_checkouts_total",
+            &[("result", "hit")]
+        ),
+        5.0
+    );
+    assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 1.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn concurrent_calls_never_share_a_session() {
+    let env = env(handlers()).await;
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let c = env.client();
+        tasks.push(tokio::spawn(async move {
+            let r = c
+                .request("tools/call", json!({"name": "slow", "arguments": {}}))
+                .await
+                .unwrap();
+            text(r.result().unwrap())
+        }));
+    }
+    let mut sessions = std::collections::BTreeSet::new();
+    for t in tasks {
+        sessions.insert(t.await.unwrap());
+    }
+    assert_eq!(
+        sessions.len(),
+        5,
+        "each in-flight call had a session of its own"
+    );
+    assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 5.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn different_capability_sets_get_different_sessions() {
+    let env = env(handlers()).await;
+    let none = env.client().with_capabilities(json!({}));
+    let elicit = env.client().with_capabilities(json!({"elicitation": {}}));
+    let a = text(
+        none.request("tools/call", json!({"name": "whoami", "arguments": {}}))
+            .await
+            .unwrap()
+            .result()
+            .unwrap(),
+    );
+    let b = text(
+        elicit
+            .request("tools/call", json!({"name": "whoami", "arguments": {}}))
+            .await
+            .unwrap()
+            .result()
+            .unwrap(),
+    );
+    assert_ne!(a, b);
+    let a2 = text(
+        none.request("tools/call", json!({"name": "whoami", "arguments": {}}))
+            .await
+            .unwrap()
+            .result()
+            .unwrap(),
+    );
+    assert_eq!(a, a2);
+    // The elicitation-capable session declared elicitation; the other did not.
+    let caps = |sid: &str| env.legacy.session(sid).unwrap().client_capabilities.clone();
+    assert_eq!(caps(&a), json!({}));
+    assert_eq!(caps(&b)["elicitation"], json!({"form": {}}));
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_request_arriving_while_idle_discards_the_session() {
+    let env = env(handlers()).await;
+    let sid = call(&env, "whoami").await;
+    // The legacy server asks something out of the blue on the idle session's GET stream.
+    let ask = tokio::time::timeout(
+        Duration::from_secs(5),
+        env.legacy
+            .request_on_get_stream(&sid, "roots/list", json!({})),
+    );
+    let next_call = async {
+        assert!(
+            env.legacy
+                .stats()
+                .wait_until(
+                    |s| s.sent_requests().iter().any(|r| r.method == "roots/list"),
+                    Duration::from_secs(3)
+                )
+                .await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        call(&env, "whoami").await
+    };
+    let (asked, next) = tokio::join!(ask, next_call);
+    assert_ne!(
+        next, sid,
+        "the session with an unowned request was not reused"
+    );
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_pool_discards_total",
+            &[("reason", "unattributed_request")]
+        ),
+        1.0
+    );
+    // Nobody answered it: the session was closed instead.
+    assert!(matches!(asked, Ok(Err(_))), "{asked:?}");
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_the_server_expired_is_replaced_transparently() {
+    let env = env(handlers()).await;
+    let first = call(&env, "whoami").await;
+    assert_eq!(env.legacy.faults().expire_all_sessions(), 1);
+    let second = call(&env, "whoami").await;
+    assert_ne!(first, second);
+    assert_eq!(env.legacy.stats().http_errors(404), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_cancelled_call_does_not_return_its_session() {
+    let env = env(handlers()).await;
+    let mut c = env.client();
+    c.timeout = Duration::from_millis(100);
+    assert!(
+        c.request("tools/call", json!({"name": "slow", "arguments": {}}))
+            .await
+            .is_err()
+    );
+    assert!(
+        env.legacy
+            .stats()
+            .wait_until(|s| s.sessions_live() == 0, Duration::from_secs(3))
+            .await,
+        "the cancelled call's session was closed"
+    );
+    assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 0.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn per_call_mode_opens_and_deletes_a_session_per_call() {
+    let env = env_with(
+        LegacyServerConfig::default(),
+        handlers(),
+        "",
+        "[pool]\nmode = \"per-call\"\n",
+    )
+    .await;
+    let a = call(&env, "whoami").await;
+    let b = call(&env, "whoami").await;
+    assert_ne!(a, b);
+    assert!(
+        env.legacy
+            .stats()
+            .wait_until(|s| s.sessions_live() == 0, Duration::from_secs(3))
+            .await
+    );
+    assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 0.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn idle_sessions_expire() {
+    let env = env_with(
+        LegacyServerConfig::default(),
+        handlers(),
+        "",
+        "[pool]\nidle_timeout = \"1s\"\n",
+    )
+    .await;
+    call(&env, "whoami").await;
+    assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 1.0);
+    assert!(
+        env.legacy
+            .stats()
+            .wait_until(
+                |s| s.sessions_live() == 0 && s.sessions_deleted() >= 1,
+                Duration::from_secs(5)
+            )
+            .await,
+        "the idle session was not closed"
+    );
+    assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 0.0);
+    env.stop().await;
+}
