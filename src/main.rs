@@ -36,6 +36,9 @@ enum Command {
     CheckConfig {
         #[arg(long, env = "MRTR_GATEWAY_CONFIG")]
         config: PathBuf,
+        /// Print the effective configuration (file + environment + defaults), secrets redacted.
+        #[arg(long)]
+        print: bool,
     },
     /// Open a requestState with the configured keys and print its non-secret fields.
     InspectState {
@@ -65,9 +68,16 @@ fn main() -> ExitCode {
             print!("{}", commands::keygen::new_key_toml());
             ExitCode::SUCCESS
         }
-        Command::CheckConfig { config } => match commands::check_config::check(&config) {
-            Ok(summary) => {
-                println!("{summary}");
+        Command::CheckConfig { config, print } => match commands::check_config::check(&config)
+            .and_then(|summary| {
+                if print {
+                    commands::check_config::print(&config)
+                } else {
+                    Ok(summary)
+                }
+            }) {
+            Ok(out) => {
+                println!("{out}");
                 ExitCode::SUCCESS
             }
             Err(e) => {

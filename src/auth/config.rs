@@ -27,7 +27,7 @@ use crate::config::{ConfigError, parse_duration};
 pub const MAX_LEEWAY: Duration = Duration::from_secs(600);
 
 /// `[auth]` as written by operators.
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawAuth {
     pub mode: String,
@@ -52,7 +52,7 @@ impl Default for RawAuth {
 }
 
 /// `[auth.jwt]`.
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawJwt {
     pub issuer: Option<String>,
@@ -91,7 +91,7 @@ impl Default for RawJwt {
 }
 
 /// One `[[auth.jwt.keys]]` entry: a public key in a PEM file, pinned to one algorithm.
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct RawJwtKey {
     pub kid: String,
@@ -100,7 +100,7 @@ pub struct RawJwtKey {
 }
 
 /// `[auth.header]`.
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawHeaderAuth {
     pub name: String,
@@ -119,7 +119,7 @@ impl Default for RawHeaderAuth {
 }
 
 /// `[auth.mtls]`.
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawMtls {
     pub identity: String,

@@ -22,3 +22,12 @@ pub fn check(path: &Path) -> Result<String, crate::config::ConfigError> {
         c.state.ttl
     ))
 }
+
+/// Validates `path` and renders the effective configuration with secrets redacted.
+pub fn print(path: &Path) -> Result<String, crate::config::ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        crate::config::ConfigError::new("(file)", format!("cannot read {}: {e}", path.display()))
+    })?;
+    let vars: Vec<(String, String)> = std::env::vars().collect();
+    Config::effective_toml(&text, &vars, path.parent())
+}

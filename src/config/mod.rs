@@ -356,6 +356,25 @@ impl Config {
         })
     }
 
+    /// The effective configuration as TOML — file, environment overrides and defaults —
+    /// with secrets redacted (`check-config --print`). Fails like [`Config::from_toml_str`].
+    pub fn effective_toml(
+        text: &str,
+        vars: &[(String, String)],
+        base_dir: Option<&Path>,
+    ) -> Result<String, ConfigError> {
+        Self::from_toml_str(text, vars, base_dir)?;
+        let mut tree: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::new("(file)", e.to_string().trim()))?;
+        env::apply_overrides(&mut tree, vars)?;
+        let mut raw: RawConfig = toml::Value::Table(tree)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::new("(file)", e.to_string()))?;
+        redact(&mut raw);
+        toml::to_string_pretty(&raw).map_err(|e| ConfigError::new("(file)", e.to_string()))
+    }
+
     /// Validates a raw configuration into typed values.
     pub fn from_raw(raw: RawConfig, base_dir: Option<&Path>) -> Result<Config, ConfigError> {
         let listen = ListenConfig {
@@ -589,6 +608,29 @@ impl Config {
             single_use,
             auth,
         })
+    }
+}
+
+const REDACTED: &str = "<redacted>";
+
+/// Replaces secret values in a raw configuration before it is printed.
+fn redact(raw: &mut RawConfig) {
+    for k in &mut raw.state.keys {
+        if k.secret.is_some() {
+            k.secret = Some(REDACTED.into());
+        }
+    }
+    // Child-process environments often carry credentials.
+    for v in raw.upstream.env.values_mut() {
+        *v = REDACTED.into();
+    }
+    for u in &mut raw.single_use.redis.urls {
+        if let Ok(mut parsed) = url::Url::parse(u)
+            && parsed.password().is_some()
+            && parsed.set_password(Some(REDACTED)).is_ok()
+        {
+            *u = parsed.to_string();
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, serde::Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     #[serde(default)]
@@ -43,7 +43,7 @@ pub struct RawConfig {
     pub auth: crate::auth::config::RawAuth,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawListen {
     pub addr: String,
@@ -69,7 +69,7 @@ impl Default for RawListen {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawUpstream {
     pub transport: String,
@@ -119,7 +119,7 @@ impl Default for RawUpstream {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawState {
     pub ttl: String,
@@ -143,7 +143,7 @@ impl Default for RawState {
     }
 }
 
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct RawStateKey {
     pub id: String,
@@ -153,7 +153,7 @@ pub struct RawStateKey {
     pub secret_file: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawMrtr {
     pub gather_window: String,
@@ -167,7 +167,7 @@ impl Default for RawMrtr {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawDiscover {
     pub refresh: String,
@@ -181,7 +181,7 @@ impl Default for RawDiscover {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawCaching {
     pub discover_ttl: String,
@@ -205,7 +205,7 @@ impl Default for RawCaching {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawLog {
     pub level: String,
@@ -221,7 +221,7 @@ impl Default for RawLog {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawAdmin {
     pub addr: String,
@@ -235,7 +235,7 @@ impl Default for RawAdmin {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawTls {
     pub cert_file: Option<String>,
@@ -255,7 +255,7 @@ impl Default for RawTls {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawDrain {
     pub readiness_delay: String,
@@ -271,13 +271,13 @@ impl Default for RawDrain {
     }
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, serde::Serialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawReplica {
     pub id: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawParking {
     pub default_policy: String,
@@ -301,7 +301,7 @@ impl Default for RawParking {
     }
 }
 
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct RawParkingRule {
     pub method: String,
@@ -310,7 +310,7 @@ pub struct RawParkingRule {
     pub policy: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawPool {
     pub mode: String,

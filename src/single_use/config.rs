@@ -25,7 +25,7 @@ pub const MAX_KEY_PREFIX_BYTES: usize = 64;
 pub const RULE_METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
 
 /// `[single_use]` as written in the file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawSingleUse {
     pub store: String,
@@ -54,7 +54,7 @@ impl Default for RawSingleUse {
 }
 
 /// `[single_use.redis]` as written in the file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawRedis {
     pub urls: Vec<String>,
@@ -79,7 +79,7 @@ impl Default for RawRedis {
 }
 
 /// One `[[single_use.rules]]` entry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRule {
     pub method: String,
