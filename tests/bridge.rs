@@ -908,3 +908,26 @@ async fn sampling_with_tools_needs_sampling_tools() {
     );
     env.stop().await;
 }
+
+#[tokio::test]
+async fn trace_context_reaches_the_legacy_server_from_headers_or_meta() {
+    let env = env(greet_handlers()).await;
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let r = env
+        .client()
+        .request("tools/list", json!({"_meta": {"traceparent": tp}}))
+        .await
+        .unwrap();
+    assert_eq!(r.status.as_u16(), 200);
+    let got = env.legacy.stats().received_with_method("tools/list");
+    assert_eq!(
+        got.last().unwrap().raw["params"]["_meta"]["traceparent"],
+        tp
+    );
+    assert_eq!(
+        got.last().unwrap().traceparent.as_deref(),
+        Some(tp),
+        "the header too"
+    );
+    env.stop().await;
+}

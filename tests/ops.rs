@@ -791,15 +791,23 @@ async fn check_config_exits_64_naming_the_key_and_the_environment_wins() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("MRTR_GATEWAY__STATE__TTL"));
     // --print shows the effective configuration, environment included, secrets redacted.
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"));
-    cmd.args(["check-config", "--print", "--config"]).arg(&path).env("MRTR_GATEWAY__LISTEN__PATH", "/custom");
+    cmd.args(["check-config", "--print", "--config"])
+        .arg(&path)
+        .env("MRTR_GATEWAY__LISTEN__PATH", "/custom");
     let printed = cmd.output().unwrap();
     assert_eq!(printed.status.code(), Some(0));
     let printed = String::from_utf8_lossy(&printed.stdout);
     assert!(printed.contains("path = \"/custom\""), "{printed}");
     assert!(printed.contains("ttl = \"5m\""), "{printed}");
     assert!(printed.contains("<redacted>"), "{printed}");
-    assert!(!printed.contains(TEST_KEY), "a secret was printed: {printed}");
-    assert!(printed.contains("gather_window = \"100ms\""), "defaults are shown: {printed}");
+    assert!(
+        !printed.contains(TEST_KEY),
+        "a secret was printed: {printed}"
+    );
+    assert!(
+        printed.contains("gather_window = \"100ms\""),
+        "defaults are shown: {printed}"
+    );
     // The shipped example parses.
     let example = run(&[]);
     assert_eq!(example.status.code(), Some(0));

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
@@ -28,6 +30,8 @@ impl Drop for ActiveGuard {
     }
 }
 
+/// Counts the outcome and writes the one access-log line of the request (inside its span,
+/// which carries the request id and instance id). Never logs payloads, states or answers.
 fn record(gw: &Gateway, method: &str, outcome: &Result<Value, Rejection>) {
     let kind = match outcome {
         Ok(r) if r.get("resultType").and_then(Value::as_str) == Some("input_required") => {
@@ -42,6 +46,22 @@ fn record(gw: &Gateway, method: &str, outcome: &Result<Value, Rejection>) {
             "error"
         }
     };
+    match outcome {
+        Err(rej) => tracing::info!(
+            method = method_label(method),
+            outcome = kind,
+            status = rej.status.as_u16(),
+            code = rej.error.code,
+            reason = rej.reason,
+            fault = rej.fault.as_str(),
+            "request done"
+        ),
+        Ok(_) => tracing::info!(
+            method = method_label(method),
+            outcome = kind,
+            "request done"
+        ),
+    }
     gw.metrics
         .requests
         .with_label_values(&[method_label(method), kind])
@@ -101,7 +121,14 @@ pub async fn handle(
         .with_header(header::RETRY_AFTER, "1");
         return refuse(&gw, "other", None, rej);
     };
-    let response = handle_inner(gw, req, conn, &cfg).await;
+    let span = tracing::info_span!(
+        "request",
+        request_id = %crate::gateway::random_instance_id(),
+        instance_id = %gw.instance_id,
+    );
+    let response = handle_inner(gw, req, conn, &cfg, span.clone())
+        .instrument(span)
+        .await;
     respond::with_guard(response, slot)
 }
 
@@ -110,6 +137,7 @@ async fn handle_inner(
     req: Request<hyper::body::Incoming>,
     conn: &ConnInfo,
     cfg: &Config,
+    span: tracing::Span,
 ) -> Response<Body> {
     // Origin: browsers send it; a page from elsewhere must not drive the user's tools.
     if let Some(origin) = req.headers().get(header::ORIGIN) {
@@ -253,29 +281,41 @@ async fn handle_inner(
             .unwrap_or_else(|| Value::Object(Default::default())),
         meta,
         principal: principal.0,
-        upstream_headers: upstream_headers(&parts.headers, &auth),
+        upstream_headers: upstream_headers(&parts.headers, env.params.as_ref(), &auth),
         credential: auth.credential_key(&parts.headers),
     };
     let sse = accepts_sse(&parts.headers);
     let gw_work = gw.clone();
     let gw_done = gw.clone();
     let method = env.method.clone();
+    let work_span = span.clone();
     respond::run(
         env.id,
         sse,
-        move |sink, cancel| async move { engine::serve(&gw_work, &call, &sink, &cancel).await },
-        move |outcome| record(&gw_done, &method, outcome),
+        move |sink, cancel| {
+            async move { engine::serve(&gw_work, &call, &sink, &cancel).await }
+                .instrument(work_span)
+        },
+        move |outcome| span.in_scope(|| record(&gw_done, &method, outcome)),
     )
     .await
 }
 
 /// Headers passed on to the legacy server: the credentials `[auth] upstream_credentials`
 /// asks for, and W3C trace context.
-fn upstream_headers(h: &HeaderMap, auth: &Authenticator) -> HeaderMap {
+/// Trace context comes from the HTTP headers, or else from `params._meta` (where 2026-07-28
+/// clients may put it); legacy servers read it from either place.
+fn upstream_headers(h: &HeaderMap, params: Option<&Value>, auth: &Authenticator) -> HeaderMap {
     let mut out = auth.upstream_headers(h);
     for name in ["traceparent", "tracestate", "baggage"] {
-        if let Some(v) = h.get(name) {
-            out.insert(http::HeaderName::from_static(name), v.clone());
+        let value = h.get(name).cloned().or_else(|| {
+            params
+                .and_then(|p| p.pointer(&format!("/_meta/{name}")))
+                .and_then(Value::as_str)
+                .and_then(|s| http::HeaderValue::from_str(s).ok())
+        });
+        if let Some(v) = value {
+            out.insert(http::HeaderName::from_static(name), v);
         }
     }
     out

@@ -105,6 +105,7 @@ fn record(shared: &Shared, headers: &HeaderMap, raw: &Value, parsed: &Result<Mes
             seq: 0,
             session_id: header(headers, SESSION_HEADER).map(str::to_owned),
             protocol_version_header: header(headers, VERSION_HEADER).map(str::to_owned),
+            traceparent: header(headers, "traceparent").map(str::to_owned),
             kind,
             method,
             id,

@@ -30,6 +30,8 @@ pub struct ReceivedMessage {
     pub session_id: Option<String>,
     /// The `MCP-Protocol-Version` header it came with.
     pub protocol_version_header: Option<String>,
+    /// The W3C `traceparent` header it came with.
+    pub traceparent: Option<String>,
     pub kind: MessageKind,
     pub method: Option<String>,
     pub id: Option<Value>,
