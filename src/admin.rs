@@ -24,6 +24,7 @@ async fn route(gw: &Gateway, req: Request<hyper::body::Incoming>) -> Response<Bo
     }
     match req.uri().path() {
         "/metrics" => {
+            gw.metrics.sync_jwks(&gw.auth().counters().snapshot());
             let mut r = Response::new(respond::full(gw.metrics.render()));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,

@@ -29,6 +29,7 @@ pub struct Metrics {
     pub key_ring_keys: IntGauge,
     pub parked_calls: IntGauge,
     pub pool_idle: IntGauge,
+    pub jwks_fetches: IntCounterVec,
     pub pool_checkouts: IntCounterVec,
     pub pool_discards: IntCounterVec,
     pub parked_evictions: IntCounterVec,
@@ -168,6 +169,11 @@ impl Metrics {
             "parked_calls",
             "Legacy calls parked now, waiting for their retry.",
         );
+        let jwks_fetches = counter_vec(
+            "jwks_fetches_total",
+            "JWKS URL fetches, by outcome (ok, timeout, too_large, bad_status, transport, invalid) and unknown-kid lookups held back by the refresh rate limit (rate_limited).",
+            &["outcome"],
+        );
         let pool_idle = gauge(
             "pool_idle_sessions",
             "Warm legacy sessions idle in the pool now.",
@@ -220,12 +226,33 @@ impl Metrics {
             key_ring_keys,
             parked_calls,
             pool_idle,
+            jwks_fetches,
             pool_checkouts,
             pool_discards,
             parked_evictions,
             max_rounds_exceeded,
             volatile_questions,
             limit_hits,
+        }
+    }
+
+    /// Brings the JWKS fetch counters (kept as plain atomics by the authenticator, which is
+    /// rebuilt on reload) into the registry.
+    pub fn sync_jwks(&self, snap: &crate::auth::JwksCountersSnapshot) {
+        for (outcome, value) in [
+            ("ok", snap.fetch_ok),
+            ("timeout", snap.fetch_timeout),
+            ("too_large", snap.fetch_too_large),
+            ("bad_status", snap.fetch_bad_status),
+            ("transport", snap.fetch_transport),
+            ("invalid", snap.fetch_invalid),
+            ("rate_limited", snap.unknown_kid_rate_limited),
+        ] {
+            let c = self.jwks_fetches.with_label_values(&[outcome]);
+            let have = c.get();
+            if value > have {
+                c.inc_by(value - have);
+            }
         }
     }
 
