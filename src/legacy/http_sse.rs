@@ -129,6 +129,7 @@ impl SseSession {
             calls: calls.clone(),
             tx,
             idle: limits.idle_timeout,
+            hits: http.limits.hits.clone(),
         };
         let mut session = SseSession {
             http,
@@ -333,6 +334,7 @@ struct Reader {
     calls: Arc<PendingCalls>,
     tx: mpsc::Sender<Inbound>,
     idle: std::time::Duration,
+    hits: super::limit_hits::LimitHits,
 }
 
 impl Reader {
@@ -371,6 +373,7 @@ impl Reader {
                 continue;
             };
             if let Err(e) = self.decoder.feed(&data, &mut events) {
+                self.hits.sse(&e);
                 return e.to_string();
             }
             if let Err(e) = self.deliver(std::mem::take(&mut events)).await {

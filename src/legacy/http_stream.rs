@@ -212,6 +212,7 @@ impl StreamContext {
             // Any bytes (keep-alive comments included) show the connection was worth having.
             cursor.progressed |= !data.is_empty();
             if let Err(e) = dec.feed(&data, &mut events) {
+                limits.hits.sse(&e);
                 return ConnectionEnd::Fatal(e.to_string());
             }
             for ev in events.drain(..) {

@@ -26,6 +26,15 @@ impl LimitHits {
             c.with_label_values(&[limit]).inc();
         }
     }
+
+    /// Counts the SSE size limit an error reports, if it is one.
+    pub fn sse(&self, e: &super::sse::SseError) {
+        match e {
+            super::sse::SseError::EventTooLarge { .. } => self.hit("upstream_max_event_bytes"),
+            super::sse::SseError::StreamTooLarge { .. } => self.hit("upstream_max_stream_bytes"),
+            super::sse::SseError::NotUtf8 => {}
+        }
+    }
 }
 
 impl std::fmt::Debug for LimitHits {
