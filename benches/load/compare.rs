@@ -144,8 +144,18 @@ impl Caller {
     }
 }
 
+/// Reads the gateway process's CPU seconds (user, system).
+pub type CpuProbe<'a> = &'a (dyn Fn() -> (f64, f64) + Sync);
+
 /// Runs `flow` on `path` with every caller for `length`.
-async fn slice(callers: &[Arc<Caller>], flow: Flow, path: Path, length: Duration) -> Slice {
+async fn slice(
+    callers: &[Arc<Caller>],
+    flow: Flow,
+    path: Path,
+    length: Duration,
+    cpu: CpuProbe<'_>,
+) -> Slice {
+    let cpu_before = cpu();
     let start = Instant::now();
     let deadline = start + length;
     let tasks: Vec<_> = callers
@@ -178,6 +188,10 @@ async fn slice(callers: &[Arc<Caller>], flow: Flow, path: Path, length: Duration
         }
     }
     total.elapsed = start.elapsed();
+    if path == Path::Gateway {
+        let cpu_after = cpu();
+        total.gateway_cpu = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
+    }
     total
 }
 
@@ -207,9 +221,10 @@ pub async fn run(
     slice_len: Duration,
     rounds: usize,
     progress: bool,
+    cpu: CpuProbe<'_>,
 ) -> Comparison {
     for (flow, path) in SCENARIOS {
-        let s = slice(callers, flow, path, warmup).await;
+        let s = slice(callers, flow, path, warmup, cpu).await;
         if progress {
             eprintln!(
                 "warm-up {:<11} {:<7} {:>8.0} calls/s  {} errors",
@@ -225,7 +240,7 @@ pub async fn run(
         for k in 0..SCENARIOS.len() {
             let i = (round + k) % SCENARIOS.len();
             let (flow, path) = SCENARIOS[i];
-            slices[i].push(slice(callers, flow, path, slice_len).await);
+            slices[i].push(slice(callers, flow, path, slice_len, cpu).await);
         }
         if progress {
             let t: Vec<String> = slices

@@ -214,6 +214,11 @@ impl GatewayChild {
         proc_status_kib(self.pid, field)
     }
 
+    /// CPU seconds (user, system) the process has used so far.
+    pub fn cpu_seconds(&self) -> (f64, f64) {
+        proc_cpu_seconds(self.pid).unwrap_or((0.0, 0.0))
+    }
+
     /// Open file descriptors.
     pub fn fds(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid)).map_or(0, |d| d.count())
@@ -241,6 +246,18 @@ pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
         let rest = line.strip_prefix(field)?.strip_prefix(':')?;
         rest.trim().trim_end_matches("kB").trim().parse().ok()
     })
+}
+
+/// `utime` and `stime` of `/proc/<pid>/stat`, in seconds (Linux reports them in ticks of
+/// 1/100 s on every common configuration).
+pub fn proc_cpu_seconds(pid: u32) -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces; the fields after its closing parenthesis do not.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<f64>().ok();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    Some((ticks(11)? / 100.0, ticks(12)? / 100.0))
 }
 
 pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {

@@ -164,7 +164,9 @@ async fn compare_run(
             compare::Caller::connect(&legacy.url(), &gw.url).await?,
         ));
     }
-    let comparison = compare::run(&callers, args.warmup, args.slice, rounds, !args.json).await;
+    let cpu = || gw.cpu_seconds();
+    let comparison =
+        compare::run(&callers, args.warmup, args.slice, rounds, !args.json, &cpu).await;
     for caller in callers {
         if let Ok(c) = Arc::try_unwrap(caller) {
             c.direct.close().await;

@@ -48,6 +48,10 @@ pub fn table(c: &Comparison, setup: &str) -> String {
             "  gateway/direct throughput {:.3} (median of {} rounds {:.3}); added p50 {:+.3} ms, p99 {:+.3} ms; p50 ratio {:.2}\n",
             f.throughput_ratio, c.rounds, f.throughput_ratio_median, f.added_p50_ms, f.added_p99_ms, f.p50_ratio
         ));
+        let (user, sys) = f.gateway.gateway_cpu_us_per_call;
+        out.push_str(&format!(
+            "  gateway process CPU per call: {user:.0} µs user + {sys:.0} µs system\n"
+        ));
         out.push_str(&format!(
             "  target: {goal} -> {}\n",
             if met { "met" } else { "MISSED" }
@@ -71,6 +75,7 @@ fn summary_json(s: &Summary) -> Value {
         "mean_ms": s.mean_ms,
         "first_error": s.first_error,
         "per_slice_throughput": s.per_slice,
+        "gateway_cpu_us_per_call": {"user": s.gateway_cpu_us_per_call.0, "system": s.gateway_cpu_us_per_call.1},
     })
 }
 

@@ -289,6 +289,9 @@ pub async fn run(
     let evictions = gw
         .metric("mrtr_gateway_parked_evictions_total", &[])
         .await?;
+    // Claims and kept outcomes of single-use states live as long as the state (10 minutes
+    // here): memory retained in proportion to the run's retries, not a leak.
+    let single_use = gw.metric("mrtr_gateway_single_use_entries", &[]).await?;
     let tallies = tallies.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let elapsed = started.elapsed().as_secs_f64();
 
@@ -327,7 +330,8 @@ pub async fn run(
     text.push_str(&format!(
         "\n{total} operations in {elapsed:.0} s ({:.0}/s)\n\
          after the run: active requests {active}, legacy sessions {sessions}, parked calls {parked} \
-         (parked-call evictions so far {evictions}); legacy server live sessions {legacy_live}\n",
+         (parked-call evictions so far {evictions}); single-use entries {single_use}; \
+         legacy server live sessions {legacy_live}\n",
         total as f64 / elapsed
     ));
     let json = json!({
@@ -341,6 +345,7 @@ pub async fn run(
             "legacy_sessions_active": sessions,
             "parked_calls": parked,
             "parked_evictions_total": evictions,
+            "single_use_entries": single_use,
             "legacy_server_live_sessions": legacy_live,
         },
     });
