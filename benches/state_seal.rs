@@ -1,8 +1,9 @@
 //! `requestState` sealing and opening at 512 B, 4 KiB and 64 KiB of payload.
 //!
 //! `codec_*` go through [`StateCodec`] as the engine does (JSON encoding of the payload, size
-//! cap, expiry check); `raw_seal_open` is the XAES-256-GCM part alone on the same number of
-//! bytes, so the JSON share can be read off the difference.
+//! cap, expiry check); `raw_seal_open` is the token layer alone (`state::seal`: XAES-256-GCM
+//! and base64url, no JSON) on the same number of bytes, so the JSON share can be read off
+//! the difference.
 //!
 //! Target: `codec_seal_open` at 4096 ≤ 5 µs.
 //!
