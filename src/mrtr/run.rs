@@ -158,6 +158,16 @@ fn legacy_params(params: &Value) -> Value {
     Value::Object(p)
 }
 
+fn call_timeout(call: &Call) -> Rejection {
+    Rejection::upstream_timeout(
+        format!(
+            "the legacy server did not finish {} within upstream.call_timeout",
+            call.method
+        ),
+        "call_timeout",
+    )
+}
+
 fn client_gone() -> Rejection {
     Rejection::new(
         StatusCode::BAD_REQUEST,
@@ -392,7 +402,15 @@ impl<'g> Run<'g> {
                                 }
                             }
                             MessageKind::Notification => {
-                                if !self.on_notification(call, msg, sink).await {
+                                // Relaying waits for the client to read; one that never does
+                                // must not hold the legacy call past its deadline.
+                                let relayed = tokio::select! {
+                                    biased;
+                                    _ = cancel.cancelled() => return Err(client_gone()),
+                                    _ = sleep_until(deadline) => return Err(call_timeout(call)),
+                                    relayed = self.on_notification(call, msg, sink) => relayed,
+                                };
+                                if !relayed {
                                     return Err(client_gone());
                                 }
                             }
@@ -419,12 +437,7 @@ impl<'g> Run<'g> {
                     }
                 }
                 _ = gather => return Ok(Captured::NeedInput(questions)),
-                _ = sleep_until(deadline) => {
-                    return Err(Rejection::upstream_timeout(
-                        format!("the legacy server did not finish {} within upstream.call_timeout", call.method),
-                        "call_timeout",
-                    ));
-                }
+                _ = sleep_until(deadline) => return Err(call_timeout(call)),
             }
         }
     }

@@ -1,0 +1,277 @@
+//! The gateway under test, as a child process: the real `mrtr-gateway serve` binary (built
+//! by cargo alongside this bench, in the same profile) with a generated configuration.
+//!
+//! A separate process because that is how the gateway runs in production (a sidecar next to
+//! the legacy server), because its resident memory must be its own for the soak and parking
+//! measurements, and because it lets a profiler wrap just the gateway (`--gateway-prefix`).
+//! Its stderr (logs at `warn`) is drained so the pipe never fills; the last lines are kept
+//! for error messages.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The configuration knobs the modes set.
+#[derive(Debug, Clone)]
+pub struct GatewayOptions {
+    pub gather_window: String,
+    pub policy: String,
+    pub parking_max_calls: usize,
+    pub parking_max_per_principal: usize,
+    pub parking_ttl: String,
+    pub upstream_idle_timeout: String,
+    pub max_concurrent_requests: usize,
+    /// A command the gateway runs under (e.g. a profiler), split on spaces.
+    pub prefix: Vec<String>,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> Self {
+        // The gateway's shipped defaults (config/gateway.toml), so plain runs measure them.
+        GatewayOptions {
+            gather_window: "100ms".into(),
+            policy: "park-then-replay".into(),
+            parking_max_calls: 1000,
+            parking_max_per_principal: 100,
+            parking_ttl: "2m".into(),
+            upstream_idle_timeout: "5m".into(),
+            max_concurrent_requests: 1024,
+            prefix: Vec::new(),
+        }
+    }
+}
+
+pub struct GatewayChild {
+    child: Child,
+    pid: u32,
+    /// The 2026-07-28 endpoint.
+    pub url: String,
+    admin: String,
+    dir: PathBuf,
+    log_tail: Arc<Mutex<VecDeque<String>>>,
+    http: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// A loopback port nothing listens on right now (a tiny race with other processes, fine for
+/// a local benchmark).
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn random_secret() -> String {
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).expect("the OS random source works");
+    base64::engine::general_purpose::STANDARD.encode(key)
+}
+
+fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions) -> String {
+    format!(
+        "[listen]\naddr = \"127.0.0.1:{port}\"\nmax_concurrent_requests = {max}\n\
+         [upstream]\nurl = \"{legacy_url}\"\nidle_timeout = \"{idle}\"\n\
+         [state]\nttl = \"10m\"\n\
+         [[state.keys]]\nid = \"load\"\nsecret = \"{secret}\"\n\
+         [mrtr]\ngather_window = \"{gather}\"\n\
+         [parking]\ndefault_policy = \"{policy}\"\nmax_calls = {calls}\nmax_per_principal = {per}\nttl = \"{ttl}\"\n\
+         [log]\nlevel = \"warn\"\nformat = \"text\"\n\
+         [admin]\naddr = \"127.0.0.1:{admin_port}\"\n\
+         [drain]\nreadiness_delay = \"0s\"\ndeadline = \"2s\"\n",
+        max = o.max_concurrent_requests,
+        idle = o.upstream_idle_timeout,
+        secret = random_secret(),
+        gather = o.gather_window,
+        policy = o.policy,
+        calls = o.parking_max_calls,
+        per = o.parking_max_per_principal,
+        ttl = o.parking_ttl,
+    )
+}
+
+impl GatewayChild {
+    /// Writes the configuration, starts the gateway and waits until `/readyz` says ready.
+    pub async fn spawn(legacy_url: &str, options: &GatewayOptions) -> Result<GatewayChild, String> {
+        let port = free_port().map_err(|e| e.to_string())?;
+        let admin_port = free_port().map_err(|e| e.to_string())?;
+        let dir = std::env::temp_dir().join(format!("mrtr-load-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let config = dir.join("gateway.toml");
+        std::fs::write(&config, config_text(legacy_url, port, admin_port, options))
+            .map_err(|e| e.to_string())?;
+        let binary = env!("CARGO_BIN_EXE_mrtr-gateway");
+        let mut command = match options.prefix.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(binary);
+                c
+            }
+            None => Command::new(binary),
+        };
+        command
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("spawn {binary}: {e}"))?;
+        let pid = child.id().ok_or("the gateway exited at once")?;
+        let log_tail = Arc::new(Mutex::new(VecDeque::new()));
+        if let Some(stderr) = child.stderr.take() {
+            let tail = log_tail.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
+                    if t.len() == 20 {
+                        t.pop_front();
+                    }
+                    t.push_back(line);
+                }
+            });
+        }
+        let gw = GatewayChild {
+            child,
+            pid,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            admin: format!("http://127.0.0.1:{admin_port}"),
+            dir,
+            log_tail,
+            http: Client::builder(TokioExecutor::new()).build_http(),
+        };
+        // A profiler makes start-up slow.
+        let patience = if options.prefix.is_empty() { 30 } else { 300 };
+        gw.wait_ready(Duration::from_secs(patience)).await?;
+        Ok(gw)
+    }
+
+    async fn wait_ready(&self, patience: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + patience;
+        loop {
+            if let Ok((StatusCode::OK, _)) = self.admin_get("/readyz").await {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the gateway was not ready within {patience:?}; its last log lines:\n{}",
+                    self.log_tail()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn log_tail(&self) -> String {
+        let t = self.log_tail.lock().unwrap_or_else(|e| e.into_inner());
+        t.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    async fn admin_get(&self, path: &str) -> Result<(StatusCode, String), String> {
+        let req = Request::get(format!("{}{path}", self.admin))
+            .body(Full::new(Bytes::new()))
+            .expect("valid request");
+        let resp = tokio::time::timeout(Duration::from_secs(5), self.http.request(req))
+            .await
+            .map_err(|_| "admin request timed out".to_string())?
+            .map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+
+    /// The sum of a metric's samples whose labels include every `labels` pair.
+    pub async fn metric(&self, name: &str, labels: &[(&str, &str)]) -> Result<f64, String> {
+        let (_, text) = self.admin_get("/metrics").await?;
+        Ok(metric_sum(&text, name, labels))
+    }
+
+    /// A `/proc/<pid>/status` field in KiB (`VmRSS`, `VmHWM`).
+    pub fn status_kib(&self, field: &str) -> Option<u64> {
+        proc_status_kib(self.pid, field)
+    }
+
+    /// CPU seconds (user, system) the process has used so far.
+    pub fn cpu_seconds(&self) -> (f64, f64) {
+        proc_cpu_seconds(self.pid).unwrap_or((0.0, 0.0))
+    }
+
+    /// Open file descriptors.
+    pub fn fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid)).map_or(0, |d| d.count())
+    }
+
+    /// SIGTERM, then wait (bounded) for the drain to finish.
+    pub async fn stop(mut self) {
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid.to_string())
+            .status();
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| {
+        let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+        rest.trim().trim_end_matches("kB").trim().parse().ok()
+    })
+}
+
+/// `utime` and `stime` of `/proc/<pid>/stat`, in seconds (Linux reports them in ticks of
+/// 1/100 s on every common configuration).
+pub fn proc_cpu_seconds(pid: u32) -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces; the fields after its closing parenthesis do not.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<f64>().ok();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    Some((ticks(11)? / 100.0, ticks(12)? / 100.0))
+}
+
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

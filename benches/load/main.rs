@@ -1,0 +1,224 @@
+//! `mrtr-load`: load, soak and parked-call memory measurements of the gateway, run as a
+//! `harness = false` bench so cargo builds it (and the gateway binary it starts) in the
+//! release profile, and the test suite does not build it at all.
+//!
+//! ```sh
+//! cargo bench --bench load -- --clients 16 --duration 40s --warmup 2s   # direct vs gateway
+//! cargo bench --bench load -- --clients 16 --json                      # the same, as JSON
+//! scripts/soak.sh --duration 2m                                        # --soak
+//! scripts/park.sh 10000                                                # --park N
+//! ```
+//!
+//! Everything runs on this machine: the fast legacy server and the clients in this process,
+//! the gateway in a child process (see `gateway_child` for why). The default mode compares
+//! the direct legacy path with the gateway path for a plain call and a 2-round elicitation,
+//! interleaving the four scenarios in short slices so machine noise hits them all (see
+//! `compare`).
+
+mod compare;
+mod fixture;
+mod gateway_child;
+mod legacy_client;
+mod park;
+mod report;
+mod samples;
+mod soak;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use serde_json::json;
+
+use gateway_child::{GatewayChild, GatewayOptions};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mrtr-load",
+    about = "Load, soak and parked-call memory runs against the gateway"
+)]
+struct Args {
+    /// Concurrent callers (each with a warm legacy session and a 2026-07-28 client).
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Measured time: the whole comparison (split over its four scenarios; default 40s), or
+    /// the soak (default 5m).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Warm-up of each scenario before measuring.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    /// Length of one measured slice; scenarios rotate slice by slice.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    slice: Duration,
+    /// The gateway's `mrtr.gather_window` (its default is 100ms).
+    #[arg(long, default_value = "100ms")]
+    gather_window: String,
+    /// The gateway's `parking.default_policy`: park-then-replay (default) or replay.
+    #[arg(long, default_value = "park-then-replay")]
+    policy: String,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Run the mixed soak instead of the comparison.
+    #[arg(long)]
+    soak: bool,
+    /// How often the soak samples the gateway's VmRSS.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    sample_every: Duration,
+    /// Park this many calls and report the gateway's resident memory per parked call.
+    #[arg(long)]
+    park: Option<usize>,
+    /// Calls in flight at once while parking.
+    #[arg(long, default_value_t = 64)]
+    park_concurrency: usize,
+    /// Run the gateway under this command, e.g. "valgrind --tool=callgrind".
+    #[arg(long)]
+    gateway_prefix: Option<String>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("the runtime starts");
+    match rt.block_on(run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mrtr-load: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let park_mode = args.park.is_some();
+    // Parked calls wait on their question far longer than the server's default minute.
+    let legacy = fixture::start(if park_mode {
+        None
+    } else {
+        Some(Duration::from_secs(60))
+    })
+    .await
+    .map_err(|e| format!("legacy server: {e}"))?;
+    let mut options = GatewayOptions {
+        gather_window: args.gather_window.clone(),
+        policy: args.policy.clone(),
+        prefix: args
+            .gateway_prefix
+            .as_deref()
+            .map(|p| p.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default(),
+        ..GatewayOptions::default()
+    };
+    if let Some(n) = args.park {
+        options.parking_max_calls = n + 64;
+        options.parking_max_per_principal = n + 64;
+        options.parking_ttl = "10m".into();
+        options.upstream_idle_timeout = "30m".into();
+    }
+    let gw = GatewayChild::spawn(&legacy.url(), &options).await?;
+    let outcome = if let Some(n) = args.park {
+        park_run(&gw, n, &args).await
+    } else if args.soak {
+        soak_run(&legacy, &gw, &args).await
+    } else {
+        compare_run(&legacy, &gw, &args, &options).await
+    };
+    if outcome.is_err() {
+        eprintln!("gateway log tail:\n{}", gw.log_tail());
+    }
+    gw.stop().await;
+    legacy.shutdown().await;
+    outcome
+}
+
+fn emit(args: &Args, text: &str, json: serde_json::Value) {
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json).expect("JSON prints")
+        );
+    } else {
+        print!("{text}");
+    }
+}
+
+async fn compare_run(
+    legacy: &mrtr_gateway::legacy_server::LegacyServer,
+    gw: &GatewayChild,
+    args: &Args,
+    options: &GatewayOptions,
+) -> Result<(), String> {
+    let duration = args.duration.unwrap_or(Duration::from_secs(40));
+    let rounds = ((duration.as_secs_f64() / 4.0) / args.slice.as_secs_f64())
+        .round()
+        .max(1.0) as usize;
+    let mut callers = Vec::with_capacity(args.clients);
+    for _ in 0..args.clients {
+        callers.push(Arc::new(
+            compare::Caller::connect(&legacy.url(), &gw.url).await?,
+        ));
+    }
+    let cpu = || gw.cpu_seconds();
+    let comparison =
+        compare::run(&callers, args.warmup, args.slice, rounds, !args.json, &cpu).await;
+    for caller in callers {
+        if let Ok(c) = Arc::try_unwrap(caller) {
+            c.direct.close().await;
+        }
+    }
+    let setup = format!(
+        "mrtr-load: {} clients; {} rounds of {:?} slices per scenario after {:?} warm-up each; \
+         gateway = child process (release mrtr-gateway serve, gather_window {}, parking {}); \
+         legacy server and clients in this process; {} CPUs",
+        args.clients,
+        rounds,
+        args.slice,
+        args.warmup,
+        options.gather_window,
+        options.policy,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    );
+    let setup_json = json!({
+        "clients": args.clients,
+        "rounds": rounds,
+        "slice_s": args.slice.as_secs_f64(),
+        "warmup_s": args.warmup.as_secs_f64(),
+        "gather_window": options.gather_window,
+        "parking_policy": options.policy,
+        "gateway": "child process: release mrtr-gateway serve",
+        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+    });
+    emit(
+        args,
+        &report::table(&comparison, &setup),
+        report::json(&comparison, setup_json),
+    );
+    Ok(())
+}
+
+async fn soak_run(
+    legacy: &mrtr_gateway::legacy_server::LegacyServer,
+    gw: &GatewayChild,
+    args: &Args,
+) -> Result<(), String> {
+    let options = soak::SoakOptions {
+        clients: args.clients,
+        duration: args.duration.unwrap_or(Duration::from_secs(300)),
+        sample_every: args.sample_every,
+    };
+    let (text, json) = soak::run(legacy, gw, &options).await?;
+    emit(args, &text, json);
+    Ok(())
+}
+
+async fn park_run(gw: &GatewayChild, n: usize, args: &Args) -> Result<(), String> {
+    let (text, json) = park::run(gw, n, args.park_concurrency).await?;
+    emit(args, &text, json);
+    Ok(())
+}

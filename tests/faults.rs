@@ -1,0 +1,681 @@
+//! Fault harness: the in-repo legacy server misbehaves on demand (failed `initialize`, broken,
+//! oversized, cut and hanging call streams, closed GET streams, a crash mid-call), and
+//! clients misbehave (one disconnects mid-stream, one never reads its response).
+//!
+//! For each fault the test checks that the documented error (docs/architecture.md, "Error
+//! mapping") reaches the client within its timeout, that the gateway stays healthy (a
+//! normal call right after succeeds), and that nothing leaks: the gateway's
+//! `legacy_sessions_active` and `active_requests` gauges return to 0, the legacy server has
+//! no live session left, and the runtime's task count does not grow when the fault repeats
+//! (the count after the third repetition is at most the count after the first, so
+//! connection pools that fill once do not count as growth). Upstream timeouts are short so
+//! each test stays well under ten seconds.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use mrtr_gateway::client::{Exchange, ModernClient};
+use mrtr_gateway::config::Config;
+use mrtr_gateway::legacy_server::{CallStreamFault, Handlers, LegacyServer, LegacyServerConfig};
+use serde_json::{Value, json};
+use support::*;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Notify;
+
+/// Upstream limits every fault test runs with, unless it overrides one.
+#[derive(Clone, Copy)]
+struct Upstream {
+    response_timeout: &'static str,
+    idle_timeout: &'static str,
+    call_timeout: &'static str,
+    max_event_bytes: usize,
+}
+
+const SHORT: Upstream = Upstream {
+    response_timeout: "1s",
+    idle_timeout: "1s",
+    call_timeout: "3s",
+    max_event_bytes: 1 << 20,
+};
+
+fn fault_config(upstream: &str, u: Upstream) -> Config {
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\n\
+         [upstream]\nurl = \"{upstream}\"\nconnect_timeout = \"1s\"\nresponse_timeout = \"{}\"\n\
+         idle_timeout = \"{}\"\ncall_timeout = \"{}\"\nmax_event_bytes = {}\n\
+         [state]\n[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n",
+        u.response_timeout, u.idle_timeout, u.call_timeout, u.max_event_bytes
+    );
+    Config::from_toml_str(&text, &[], None).unwrap_or_else(|e| panic!("fault config: {e}\n{text}"))
+}
+
+/// `echo` (the healthy call) plus the test's own tools.
+fn with_echo(h: Handlers) -> Handlers {
+    h.tool(
+        "echo",
+        "returns its text",
+        json!({"type": "object"}),
+        |_, args| async move { Ok(tool_text(args["text"].as_str().unwrap_or_default())) },
+    )
+}
+
+async fn fault_env_with(server: LegacyServerConfig, h: Handlers, u: Upstream) -> Env {
+    let legacy = LegacyServer::start(server, with_echo(h))
+        .await
+        .expect("legacy server starts");
+    let (gw, running, url) = start_gateway(fault_config(&legacy.url(), u)).await;
+    let env = Env {
+        legacy,
+        gw,
+        running,
+        url,
+    };
+    // Warm the discover cache so a failing `initialize` hits the call, not routing.
+    healthy(&env).await;
+    env
+}
+
+async fn fault_env(h: Handlers, u: Upstream) -> Env {
+    fault_env_with(LegacyServerConfig::default(), h, u).await
+}
+
+async fn call(env: &Env, tool: &str, params: Value) -> Exchange {
+    let mut p = params;
+    p["name"] = json!(tool);
+    env.client()
+        .request("tools/call", p)
+        .await
+        .expect("the gateway answers")
+}
+
+/// A normal call succeeds.
+async fn healthy(env: &Env) {
+    let ex = call(env, "echo", json!({"arguments": {"text": "still fine"}})).await;
+    assert_eq!(ex.status, StatusCode::OK, "{:?}", ex.message);
+    assert_eq!(ex.result_type(), Some("complete"), "{:?}", ex.message);
+    assert_eq!(text(ex.result().unwrap()), "still fine");
+}
+
+/// Asserts an upstream failure as the error table documents it.
+fn assert_upstream_error(ex: &Exchange, status: u16, message_part: &str) {
+    assert_eq!(ex.status.as_u16(), status, "{:?}", ex.message);
+    assert_eq!(ex.error_code(), Some(-32603), "{:?}", ex.message);
+    let message = ex.error().unwrap()["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(message_part),
+        "expected {message_part:?} in {message:?}"
+    );
+}
+
+fn tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
+
+/// Waits (bounded) until neither side holds anything for finished calls.
+async fn assert_quiet(gw: &mrtr_gateway::gateway::Gateway, legacy: &LegacyServer) {
+    // Warm sessions are kept on purpose; anything else left would be a leak.
+    gw.pool.clear().await;
+    let quiet = eventually(Duration::from_secs(5), || {
+        metric(gw, "mrtr_gateway_legacy_sessions_active", &[]) == 0.0
+            && metric(gw, "mrtr_gateway_active_requests", &[]) == 0.0
+    })
+    .await;
+    assert!(
+        quiet,
+        "gateway still holds legacy sessions {} / active requests {}",
+        metric(gw, "mrtr_gateway_legacy_sessions_active", &[]),
+        metric(gw, "mrtr_gateway_active_requests", &[])
+    );
+    let stats = legacy.stats_handle();
+    assert!(
+        stats
+            .wait_until(|s| s.sessions_live() == 0, Duration::from_secs(5))
+            .await,
+        "the legacy server still has {} live sessions",
+        stats.sessions_live()
+    );
+}
+
+/// Tracks the task count across repetitions of a fault.
+struct TaskCount {
+    after_first: Option<usize>,
+}
+
+impl TaskCount {
+    fn new() -> Self {
+        TaskCount { after_first: None }
+    }
+
+    async fn check(&mut self) {
+        match self.after_first {
+            None => self.after_first = Some(tasks()),
+            Some(base) => assert!(
+                eventually(Duration::from_secs(5), || tasks() <= base).await,
+                "tasks grew from {base} to {} while repeating the fault",
+                tasks()
+            ),
+        }
+    }
+}
+
+/// Runs `fault` three times; after each: a normal call succeeds and nothing is held.
+async fn repeat_fault(env: &Env, mut fault: impl AsyncFnMut(usize)) {
+    let mut count = TaskCount::new();
+    for i in 0..3 {
+        fault(i).await;
+        healthy(env).await;
+        assert_quiet(&env.gw, &env.legacy).await;
+        count.check().await;
+    }
+}
+
+#[tokio::test]
+async fn a_failing_initialize_is_a_502_naming_it() {
+    let env = fault_env(Handlers::new(), SHORT).await;
+    repeat_fault(&env, async |_| {
+        // A warm session would need no initialize.
+        env.gw.pool.clear().await;
+        env.legacy.faults().fail_initialize(Some(500));
+        let ex = call(&env, "echo", json!({"arguments": {"text": "x"}})).await;
+        env.legacy.faults().fail_initialize(None);
+        assert_upstream_error(&ex, 502, "legacy initialize failed");
+    })
+    .await;
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_legacy_sessions_failed_total",
+            &[("reason", "upstream_initialize_failed")]
+        ),
+        3.0
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_malformed_event_breaks_the_call_with_a_502() {
+    let env = fault_env(Handlers::new(), SHORT).await;
+    repeat_fault(&env, async |_| {
+        env.legacy
+            .faults()
+            .next_call_stream(CallStreamFault::MalformedEvent);
+        let ex = call(&env, "echo", json!({"arguments": {"text": "x"}})).await;
+        assert_upstream_error(&ex, 502, "malformed JSON");
+    })
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn an_event_over_max_event_bytes_breaks_the_call_with_a_502() {
+    let u = Upstream {
+        max_event_bytes: 16 * 1024,
+        ..SHORT
+    };
+    let env = fault_env(Handlers::new(), u).await;
+    repeat_fault(&env, async |_| {
+        env.legacy
+            .faults()
+            .next_call_stream(CallStreamFault::OversizeEvent(64 * 1024));
+        let ex = call(&env, "echo", json!({"arguments": {"text": "x"}})).await;
+        assert_upstream_error(&ex, 502, "exceeded 16384 bytes");
+    })
+    .await;
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_rejections_total",
+            &[("reason", "upstream_stream_broken"), ("fault", "upstream")]
+        ),
+        3.0
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_stream_closed_after_its_headers_is_a_502() {
+    let env = fault_env(Handlers::new(), SHORT).await;
+    repeat_fault(&env, async |_| {
+        env.legacy
+            .faults()
+            .next_call_stream(CallStreamFault::CloseAfterHeaders);
+        let ex = call(&env, "echo", json!({"arguments": {"text": "x"}})).await;
+        assert_upstream_error(&ex, 502, "without a response");
+    })
+    .await;
+    env.stop().await;
+}
+
+/// A tool that reports progress, then answers.
+fn progress_then_done() -> Handlers {
+    Handlers::new().tool(
+        "progress_then_done",
+        "one progress notification, then a result",
+        json!({"type": "object"}),
+        |ctx, _| async move {
+            ctx.progress(0.5, Some(1.0), Some("half"));
+            Ok(tool_text("done"))
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_stream_cut_after_its_first_event_ends_the_sse_response_with_an_error() {
+    let env = fault_env(progress_then_done(), SHORT).await;
+    repeat_fault(&env, async |_| {
+        env.legacy
+            .faults()
+            .next_call_stream(CallStreamFault::CloseAfterFirstEvent);
+        let ex = call(
+            &env,
+            "progress_then_done",
+            json!({"arguments": {}, "_meta": {"progressToken": "p"}}),
+        )
+        .await;
+        // The progress came first, so the response is already an SSE stream (HTTP 200); the
+        // failure is its final message.
+        assert!(ex.streamed, "{:?}", ex.raw_body);
+        assert_eq!(ex.status, StatusCode::OK);
+        assert_eq!(ex.notifications.len(), 1, "{:?}", ex.notifications);
+        assert_eq!(ex.notifications[0]["method"], "notifications/progress");
+        assert_eq!(ex.error_code(), Some(-32603), "{:?}", ex.message);
+        assert!(
+            ex.error().unwrap()["message"]
+                .as_str()
+                .unwrap()
+                .contains("without a response")
+        );
+    })
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_hanging_stream_fails_at_the_idle_timeout() {
+    let u = Upstream {
+        idle_timeout: "400ms",
+        call_timeout: "5s",
+        ..SHORT
+    };
+    let env = fault_env(Handlers::new(), u).await;
+    repeat_fault(&env, async |_| {
+        env.legacy
+            .faults()
+            .next_call_stream(CallStreamFault::HangAfterHeaders);
+        let t0 = Instant::now();
+        let ex = call(&env, "echo", json!({"arguments": {"text": "x"}})).await;
+        // The error table has no row for a silent stream; today it is a broken stream (502),
+        // not "too slow" (504).
+        assert_upstream_error(&ex, 502, "sent nothing for");
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    })
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_hang_past_call_timeout_is_a_504() {
+    let u = Upstream {
+        idle_timeout: "10s",
+        call_timeout: "500ms",
+        ..SHORT
+    };
+    let env = fault_env(Handlers::new(), u).await;
+    repeat_fault(&env, async |_| {
+        env.legacy
+            .faults()
+            .next_call_stream(CallStreamFault::HangAfterHeaders);
+        let t0 = Instant::now();
+        let ex = call(&env, "echo", json!({"arguments": {"text": "x"}})).await;
+        assert_upstream_error(&ex, 504, "upstream.call_timeout");
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    })
+    .await;
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_rejections_total",
+            &[("reason", "call_timeout")]
+        ),
+        3.0
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn closing_the_get_streams_mid_call_does_not_break_the_call() {
+    let go = Arc::new(Notify::new());
+    let tool_go = go.clone();
+    let h = Handlers::new().tool(
+        "wait_then_echo",
+        "waits for the test, then answers",
+        json!({"type": "object"}),
+        move |_, _| {
+            let go = tool_go.clone();
+            async move {
+                go.notified().await;
+                Ok(tool_text("after the GET stream closed"))
+            }
+        },
+    );
+    let env = fault_env(h, SHORT).await;
+    repeat_fault(&env, async |i| {
+        let client = env.client();
+        let pending = tokio::spawn(async move {
+            client
+                .request(
+                    "tools/call",
+                    json!({"name": "wait_then_echo", "arguments": {}}),
+                )
+                .await
+        });
+        let stats = env.legacy.stats_handle();
+        assert!(
+            stats
+                .wait_until(
+                    |s| s.tool_starts("wait_then_echo") == i as u64 + 1
+                        && s.get_streams_open() == 1,
+                    Duration::from_secs(2)
+                )
+                .await
+        );
+        assert_eq!(env.legacy.faults().close_all_get_streams(), 1);
+        go.notify_one();
+        let ex = pending.await.unwrap().expect("the gateway answers");
+        assert_eq!(ex.result_type(), Some("complete"), "{:?}", ex.message);
+        assert_eq!(text(ex.result().unwrap()), "after the GET stream closed");
+    })
+    .await;
+    env.stop().await;
+}
+
+/// A tool that waits until it is cancelled.
+fn waits_forever() -> Handlers {
+    Handlers::new().tool(
+        "wait",
+        "waits until cancelled",
+        json!({"type": "object"}),
+        |ctx, _| async move {
+            ctx.cancelled().await;
+            Ok(tool_text("cancelled"))
+        },
+    )
+}
+
+/// A legacy server on `addr` (a restart on the same port).
+async fn legacy_on(addr: SocketAddr, h: Handlers) -> LegacyServer {
+    let config = LegacyServerConfig {
+        bind: addr,
+        ..Default::default()
+    };
+    LegacyServer::start(config, with_echo(h))
+        .await
+        .expect("the legacy server restarts on its port")
+}
+
+#[tokio::test]
+async fn a_legacy_server_killed_mid_call_is_a_502_and_its_restart_is_used() {
+    let mut legacy = LegacyServer::start(LegacyServerConfig::default(), with_echo(waits_forever()))
+        .await
+        .unwrap();
+    let addr = legacy.addr();
+    let (gw, running, url) = start_gateway(fault_config(&legacy.url(), SHORT)).await;
+    let client = ModernClient::new(&url);
+    let mut count = TaskCount::new();
+    for _ in 0..3 {
+        let c = ModernClient::new(&url);
+        let pending = tokio::spawn(async move {
+            c.request("tools/call", json!({"name": "wait", "arguments": {}}))
+                .await
+        });
+        let stats = legacy.stats_handle();
+        assert!(
+            stats
+                .wait_until(|s| s.tool_starts("wait") == 1, Duration::from_secs(2))
+                .await
+        );
+        let t0 = Instant::now();
+        legacy.shutdown().await;
+        let ex = pending.await.unwrap().expect("the gateway answers");
+        assert_upstream_error(&ex, 502, "without a response");
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+        // While it is down: a clear 502 at once.
+        let down = client
+            .request(
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "x"}}),
+            )
+            .await
+            .unwrap();
+        assert_upstream_error(&down, 502, "cannot reach the legacy server");
+        legacy = legacy_on(addr, waits_forever()).await;
+        let ex = client
+            .request(
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "back"}}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(ex.result_type(), Some("complete"), "{:?}", ex.message);
+        assert_quiet(&gw, &legacy).await;
+        count.check().await;
+    }
+    running.stop().await;
+    legacy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_parked_call_whose_server_dies_is_evicted_and_its_retry_replays() {
+    let h = Handlers::new().tool(
+        "greet",
+        "asks a name",
+        json!({"type": "object"}),
+        |ctx, _| async move {
+            let a = ctx.elicit_form("Your name?", form("name")).await?;
+            Ok(tool_text(format!(
+                "Hello, {}",
+                a["content"]["name"].as_str().unwrap_or("?")
+            )))
+        },
+    );
+    let mut legacy = LegacyServer::start(LegacyServerConfig::default(), with_echo(h.clone()))
+        .await
+        .unwrap();
+    let addr = legacy.addr();
+    let (gw, running, url) = start_gateway(fault_config(&legacy.url(), SHORT)).await;
+    let client = ModernClient::new(&url);
+    let mut count = TaskCount::new();
+    for i in 0..3 {
+        let params = json!({"name": "greet", "arguments": {}});
+        let first = client.request("tools/call", params.clone()).await.unwrap();
+        assert_eq!(first.result_type(), Some("input_required"));
+        assert_eq!(metric(&gw, "mrtr_gateway_parked_calls", &[]), 1.0);
+        legacy.shutdown().await;
+        // The sweeper notices the ended stream and releases the parked call.
+        assert!(
+            eventually(Duration::from_secs(3), || {
+                metric(&gw, "mrtr_gateway_parked_calls", &[]) == 0.0
+                    && metric(&gw, "mrtr_gateway_legacy_sessions_active", &[]) == 0.0
+            })
+            .await
+        );
+        assert_eq!(
+            metric(
+                &gw,
+                "mrtr_gateway_parked_evictions_total",
+                &[("reason", "stream_ended")]
+            ),
+            i as f64 + 1.0
+        );
+        legacy = legacy_on(addr, h.clone()).await;
+        let r = first.result().unwrap();
+        let key = r["inputRequests"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .next()
+            .unwrap();
+        let mut retry = params.clone();
+        retry["inputResponses"] = json!({key: {"action": "accept", "content": {"name": "Ada"}}});
+        retry["requestState"] = r["requestState"].clone();
+        let done = client.request("tools/call", retry).await.unwrap();
+        assert_eq!(done.result_type(), Some("complete"), "{:?}", done.message);
+        assert_eq!(text(done.result().unwrap()), "Hello, Ada");
+        assert_quiet(&gw, &legacy).await;
+        count.check().await;
+    }
+    assert_eq!(
+        metric(&gw, "mrtr_gateway_retries_total", &[("path", "replayed")]),
+        3.0
+    );
+    running.stop().await;
+    legacy.shutdown().await;
+}
+
+/// A tool that reports progress, then waits until cancelled.
+fn progress_then_wait() -> Handlers {
+    Handlers::new().tool(
+        "slow",
+        "progress, then waits until cancelled",
+        json!({"type": "object"}),
+        |ctx, _| async move {
+            ctx.progress(0.0, Some(1.0), Some("started"));
+            ctx.cancelled().await;
+            Ok(tool_text("cancelled"))
+        },
+    )
+}
+
+/// The bytes of a modern `tools/call` POST, headers included.
+fn modern_post(tool: &str, meta: Value) -> (Value, http::HeaderMap) {
+    let c = ModernClient::new("http://127.0.0.1:1/mcp");
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": c.params_with_meta(json!({"name": tool, "arguments": {}, "_meta": meta})),
+    });
+    let headers = ModernClient::routing_headers(&body);
+    (body, headers)
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_stream_cancels_the_legacy_call() {
+    let env = fault_env(progress_then_wait(), SHORT).await;
+    repeat_fault(&env, async |i| {
+        let raw = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let (body, headers) = modern_post("slow", json!({"progressToken": "p"}));
+        let mut req = Request::post(&env.url)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        req.headers_mut().extend(headers);
+        let resp = raw.request(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], "text/event-stream");
+        let mut stream = resp.into_body();
+        let first = stream.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert!(
+            String::from_utf8_lossy(&first).contains("notifications/progress"),
+            "{first:?}"
+        );
+        // Go away in the middle of the stream.
+        drop(stream);
+        drop(raw);
+        let stats = env.legacy.stats_handle();
+        assert!(
+            stats
+                .wait_until(|s| s.cancellations().len() == i + 1, Duration::from_secs(3))
+                .await,
+            "the legacy call was not cancelled: {:?}",
+            stats.cancellations()
+        );
+    })
+    .await;
+    assert_eq!(env.legacy.stats().tool_finishes("slow"), 0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_never_reads_does_not_hold_the_legacy_call_past_call_timeout() {
+    // About 32 MB of progress: far more than loopback socket buffers hold.
+    let h = Handlers::new().tool(
+        "flood",
+        "streams a lot of progress, then answers",
+        json!({"type": "object"}),
+        |ctx, _| async move {
+            let chunk = "x".repeat(64 * 1024);
+            for i in 0..512 {
+                ctx.progress(i as f64, Some(512.0), Some(&chunk));
+            }
+            Ok(tool_text("flooded"))
+        },
+    );
+    let u = Upstream {
+        call_timeout: "1s",
+        idle_timeout: "5s",
+        ..SHORT
+    };
+    let env = fault_env(h, u).await;
+    let (body, headers) = modern_post("flood", json!({"progressToken": "p"}));
+    let body = body.to_string();
+    let addr = env
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in &headers {
+        request.push_str(&format!("{k}: {}\r\n", v.to_str().unwrap()));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    socket.write_all(request.as_bytes()).await.unwrap();
+    // Never read. The tool runs and the gateway starts streaming into a socket that fills up.
+    let stats = env.legacy.stats_handle();
+    assert!(
+        stats
+            .wait_until(|s| s.tool_finishes("flood") == 1, Duration::from_secs(3))
+            .await
+    );
+    // Others are still served meanwhile (their warm session is put away, not counted below).
+    healthy(&env).await;
+    env.gw.pool.clear().await;
+    // call_timeout bounds the time a request spends upstream: the legacy call must be let go
+    // even though the client keeps its connection open.
+    let released = eventually(Duration::from_secs(4), || {
+        metric(&env.gw, "mrtr_gateway_legacy_sessions_active", &[]) == 0.0
+    })
+    .await;
+    assert!(
+        released,
+        "the gateway still holds the legacy session of a client that never reads ({} s after call_timeout)",
+        4
+    );
+    assert!(
+        stats
+            .wait_until(|s| s.sessions_live() == 0, Duration::from_secs(3))
+            .await
+    );
+    // Once the client goes away, so does its request.
+    drop(socket);
+    assert_quiet(&env.gw, &env.legacy).await;
+    healthy(&env).await;
+    env.stop().await;
+}
