@@ -39,6 +39,8 @@ pub struct RawConfig {
     pub single_use: crate::single_use::config::RawSingleUse,
     #[serde(default)]
     pub auth: crate::auth::config::RawAuth,
+    #[serde(default)]
+    pub subscriptions: RawSubscriptions,
 }
 
 #[derive(Debug, Deserialize)]
@@ -306,4 +308,23 @@ pub struct RawParkingRule {
     #[serde(default)]
     pub name: Option<String>,
     pub policy: String,
+}
+
+/// `[subscriptions]`: `subscriptions/listen` streams.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawSubscriptions {
+    pub keepalive: String,
+    pub max_streams: u64,
+    pub max_resource_subscriptions: u64,
+}
+
+impl Default for RawSubscriptions {
+    fn default() -> Self {
+        RawSubscriptions {
+            keepalive: "15s".into(),
+            max_streams: 256,
+            max_resource_subscriptions: 64,
+        }
+    }
 }
