@@ -5,11 +5,13 @@
 //! deliberately explicit: every exchange is returned whole (status, notifications, final
 //! message), so tests can check each round's shape.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -254,6 +256,74 @@ impl ModernClient {
             .map_err(|_| ClientError::Timeout)?
     }
 
+    /// Sends a request built from `method` and `params` (with `_meta` added) and returns the
+    /// answer as it arrives, for long-lived SSE responses such as `subscriptions/listen`.
+    pub async fn open_stream(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<EventStream, ClientError> {
+        let id = self.next_id();
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": method,
+            "params": self.params_with_meta(params),
+        });
+        let headers = Self::routing_headers(&body);
+        let mut stream = self
+            .open_raw_stream(
+                Method::POST,
+                headers,
+                serde_json::to_vec(&body).expect("serializes").into(),
+            )
+            .await?;
+        stream.request_id = Some(json!(id));
+        Ok(stream)
+    }
+
+    /// Sends any bytes with any headers (plus content type / accept / client headers) and
+    /// returns once the response head has arrived; the body is read with [`EventStream`].
+    pub async fn open_raw_stream(
+        &self,
+        method: Method,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<EventStream, ClientError> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(self.url.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(Full::new(body))
+            .expect("valid request");
+        for (k, v) in self.headers.iter().chain(headers.iter()) {
+            req.headers_mut().insert(k.clone(), v.clone());
+        }
+        let resp = tokio::time::timeout(self.timeout, self.http.request(req))
+            .await
+            .map_err(|_| ClientError::Timeout)?
+            .map_err(|e| ClientError::Http(e.to_string()))?;
+        let (parts, body) = resp.into_parts();
+        let streamed = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        Ok(EventStream {
+            status: parts.status,
+            headers: parts.headers,
+            streamed,
+            request_id: None,
+            body: Some(body),
+            decoder: SseDecoder::new(64 << 20, 1 << 30),
+            ready: VecDeque::new(),
+            line: Vec::new(),
+            comments: 0,
+            plain: Vec::new(),
+        })
+    }
+
     /// Drives a `tools/call` / `prompts/get` / `resources/read` through its rounds, answering
     /// every input request with `answer`. Returns each round and the final exchange.
     pub async fn call_with_input(
@@ -299,5 +369,115 @@ impl ModernClient {
             }
             ex = self.request(method, Value::Object(retry)).await?;
         }
+    }
+}
+
+/// A response read as it arrives: the JSON-RPC messages of an SSE stream one at a time (or
+/// the one message of a JSON body), with SSE comment lines counted.
+pub struct EventStream {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    /// Whether the answer is an SSE stream.
+    pub streamed: bool,
+    /// The id of the request, when sent with [`ModernClient::open_stream`].
+    pub request_id: Option<Value>,
+    body: Option<Incoming>,
+    decoder: SseDecoder,
+    ready: VecDeque<Value>,
+    /// The current line, for spotting comments.
+    line: Vec<u8>,
+    /// SSE comment lines (`: keep-alive`) seen so far.
+    pub comments: u64,
+    /// A JSON body, gathered until its end.
+    plain: Vec<u8>,
+}
+
+impl EventStream {
+    /// The next message; `Ok(None)` once the body has ended.
+    pub async fn next(&mut self) -> Result<Option<Value>, ClientError> {
+        loop {
+            if let Some(v) = self.ready.pop_front() {
+                return Ok(Some(v));
+            }
+            if !self.read_more().await? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Like [`EventStream::next`], giving up after `limit`.
+    pub async fn next_within(&mut self, limit: Duration) -> Result<Option<Value>, ClientError> {
+        tokio::time::timeout(limit, self.next())
+            .await
+            .map_err(|_| ClientError::Timeout)?
+    }
+
+    /// Reads until `n` comment lines in all have been seen (or the body ends); messages read
+    /// meanwhile stay queued for [`EventStream::next`].
+    pub async fn wait_for_comments(&mut self, n: u64) -> Result<(), ClientError> {
+        while self.comments < n && self.read_more().await? {}
+        Ok(())
+    }
+
+    /// Reads one more frame; `false` once the body has ended.
+    async fn read_more(&mut self) -> Result<bool, ClientError> {
+        let Some(body) = self.body.as_mut() else {
+            return Ok(false);
+        };
+        match body.frame().await {
+            None => {
+                self.body = None;
+                self.finish()?;
+            }
+            Some(Err(e)) => {
+                self.body = None;
+                return Err(ClientError::Http(e.to_string()));
+            }
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    self.feed(&data)?;
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn feed(&mut self, data: &[u8]) -> Result<(), ClientError> {
+        if !self.streamed {
+            self.plain.extend_from_slice(data);
+            return Ok(());
+        }
+        for &b in data {
+            if b == b'\n' || b == b'\r' {
+                if self.line.first() == Some(&b':') {
+                    self.comments += 1;
+                }
+                self.line.clear();
+            } else {
+                self.line.push(b);
+            }
+        }
+        let mut events = Vec::new();
+        self.decoder
+            .feed(data, &mut events)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        for ev in events {
+            if ev.data.is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(&ev.data)
+                .map_err(|e| ClientError::Protocol(format!("bad SSE JSON: {e}")))?;
+            self.ready.push_back(v);
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), ClientError> {
+        if !self.streamed && !self.plain.is_empty() {
+            let v = serde_json::from_slice(&std::mem::take(&mut self.plain))
+                .map_err(|e| ClientError::Protocol(format!("bad JSON body: {e}")))?;
+            self.ready.push_back(v);
+        }
+        Ok(())
     }
 }

@@ -54,6 +54,8 @@ pub struct Gateway {
     single_use_metrics: SingleUseMetrics,
     /// Stops background tasks (the parking sweeper) when the gateway goes away.
     background: CancellationToken,
+    /// Hook (long-lived responses): listen and legacy GET streams; their count, their shutdown.
+    pub long_lived: crate::front::long_lived::LongLived,
 }
 
 impl Drop for Gateway {
@@ -136,6 +138,7 @@ impl Gateway {
             codec: StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes)
                 .with_clock_skew(config.state.clock_skew),
             discover: DiscoverCache::new(config.discover.refresh),
+            long_lived: crate::front::long_lived::LongLived::new(metrics.listen_streams.clone()),
             metrics,
             instance_id,
             config: ArcSwap::from_pointee(config),
@@ -275,6 +278,12 @@ impl Gateway {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
+    }
+
+    /// Hook (long-lived responses): listen streams send their final response and
+    /// end, legacy GET streams end. Call once the listener stops accepting (idempotent).
+    pub fn begin_shutdown(&self) {
+        self.long_lived.begin_shutdown();
     }
 
     /// Whether the legacy server answers at the transport level (cached for two seconds so

@@ -36,6 +36,10 @@ pub struct Metrics {
     pub max_rounds_exceeded: IntCounterVec,
     pub volatile_questions: IntCounterVec,
     pub limit_hits: IntCounterVec,
+    /// `subscriptions/listen` streams open now.
+    pub listen_streams: IntGauge,
+    /// Requests of legacy clients passed through to the legacy server (dual-era front).
+    pub legacy_passthrough: IntCounterVec,
 }
 
 /// Bounds a method label to the names the gateway knows.
@@ -198,6 +202,15 @@ impl Metrics {
             "Configuration and key reloads, by result (ok, error).",
             &["result"],
         );
+        let listen_streams = gauge(
+            "listen_streams",
+            "subscriptions/listen streams open now (bounded by subscriptions.max_streams).",
+        );
+        let legacy_passthrough = counter_vec(
+            "legacy_passthrough_total",
+            "Requests of legacy clients passed through to the legacy server, by kind (initialize, post, get, delete).",
+            &["kind"],
+        );
         let legacy_sessions_opened = IntCounter::new(
             "legacy_sessions_opened_total",
             "Legacy sessions opened (initialize succeeded).",
@@ -233,6 +246,8 @@ impl Metrics {
             max_rounds_exceeded,
             volatile_questions,
             limit_hits,
+            listen_streams,
+            legacy_passthrough,
         }
     }
 

@@ -715,9 +715,9 @@ async fn discover_is_synthesized_cached_and_stamped() {
     assert_eq!(r["resultType"], "complete");
     assert_eq!(r["supportedVersions"], json!(["2026-07-28"]));
     assert!(r["capabilities"]["tools"].is_object());
-    assert!(
-        r["capabilities"]["tools"].get("listChanged").is_none(),
-        "no listen support advertised yet"
+    assert_eq!(
+        r["capabilities"]["tools"]["listChanged"], true,
+        "listen streams deliver what the legacy server declares"
     );
     assert_eq!(r["cacheScope"], "public");
     assert_eq!(r["ttlMs"], 300000);

@@ -230,12 +230,10 @@ async fn removed_and_unknown_methods_are_not_found() {
     let env = env(handlers()).await;
     let c = env.client();
     for m in [
-        "initialize",
         "ping",
         "logging/setLevel",
         "resources/subscribe",
         "resources/unsubscribe",
-        "subscriptions/listen",
         "no/such/method",
     ] {
         let ex = c.request(m, json!({})).await.unwrap();
@@ -304,4 +302,27 @@ async fn an_unreachable_legacy_server_is_a_clear_upstream_error() {
         1.0
     );
     running.stop().await;
+}
+
+#[tokio::test]
+async fn initialize_takes_the_legacy_path_even_with_modern_headers() {
+    // A dual-era server chooses per request: `initialize` selects legacy semantics, so it is
+    // passed through to the legacy server and answered with a session id the gateway sealed.
+    let env = env(handlers()).await;
+    let c = env.client();
+    let ex = c
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "c", "version": "1"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ex.status.as_u16(), 200, "{:?}", ex.message);
+    assert_eq!(ex.result().unwrap()["protocolVersion"], "2025-11-25");
+    let sealed = ex.headers.get("mcp-session-id").unwrap().to_str().unwrap();
+    let upstream = env.legacy.session_ids();
+    assert_eq!(upstream.len(), 1);
+    assert!(sealed.starts_with("m1.") && sealed != upstream[0]);
+    env.stop().await;
 }

@@ -1,8 +1,9 @@
 //! `mrtr-gateway serve`: run the gateway, reload on change, drain on SIGTERM/SIGINT.
 //!
 //! The drain sequence: `/readyz` turns 503 at once (endpoints controllers stop sending new
-//! traffic), after `drain.readiness_delay` the listener stops accepting, in-flight requests
-//! get up to `drain.deadline` to finish, then the process exits 0. A second signal during the
+//! traffic), after `drain.readiness_delay` the listener stops accepting and long-lived
+//! responses end (listen streams with their final response), in-flight requests get up to
+//! `drain.deadline` to finish, then the process exits 0. A second signal during the
 //! drain exits at once.
 
 use std::path::PathBuf;
@@ -81,6 +82,9 @@ pub async fn run(
         }
         tracing::info!("no longer accepting connections; finishing in-flight requests");
         stop.cancel();
+        // Hook (long-lived responses): listen streams send their final response and end, and
+        // legacy GET streams end, instead of holding the drain until its deadline.
+        drain_gw.begin_shutdown();
         wait_for_signal().await;
         tracing::warn!("second signal: exiting now");
         std::process::exit(1);

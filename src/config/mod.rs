@@ -79,6 +79,18 @@ pub struct Config {
     pub pool: PoolConfig,
     pub single_use: crate::single_use::SingleUseConfig,
     pub auth: crate::auth::config::AuthConfig,
+    pub subscriptions: SubscriptionsConfig,
+}
+
+/// `subscriptions/listen` streams.
+#[derive(Debug, Clone)]
+pub struct SubscriptionsConfig {
+    /// Interval between `: keep-alive` comments on an idle listen stream.
+    pub keepalive: Duration,
+    /// Listen streams open at once on this replica.
+    pub max_streams: usize,
+    /// URIs one listen request may subscribe to.
+    pub max_resource_subscriptions: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -591,8 +603,10 @@ impl Config {
         };
         let single_use = crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir)?;
         let auth = crate::auth::config::AuthConfig::from_raw(&raw.auth, base_dir)?;
+        let subscriptions = subscriptions_config(&raw.subscriptions)?;
         Ok(Config {
             pool,
+            subscriptions,
             parking,
             listen,
             upstream,
@@ -632,6 +646,35 @@ fn redact(raw: &mut RawConfig) {
             *u = parsed.to_string();
         }
     }
+}
+
+fn subscriptions_config(raw: &raw::RawSubscriptions) -> Result<SubscriptionsConfig, ConfigError> {
+    let keepalive = duration("subscriptions.keepalive", &raw.keepalive)?;
+    if keepalive < Duration::from_millis(100) || keepalive > Duration::from_secs(600) {
+        return Err(ConfigError::new(
+            "subscriptions.keepalive",
+            "must be between \"100ms\" and \"10m\"",
+        ));
+    }
+    let bounded = |key: &str, n: u64, max: u64| {
+        if n == 0 || n > max {
+            Err(ConfigError::new(
+                key,
+                format!("must be between 1 and {max}"),
+            ))
+        } else {
+            Ok(n as usize)
+        }
+    };
+    Ok(SubscriptionsConfig {
+        keepalive,
+        max_streams: bounded("subscriptions.max_streams", raw.max_streams, 1_000_000)?,
+        max_resource_subscriptions: bounded(
+            "subscriptions.max_resource_subscriptions",
+            raw.max_resource_subscriptions,
+            10_000,
+        )?,
+    })
 }
 
 fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
@@ -1162,6 +1205,27 @@ mod tests {
             err_of(&format!("[upstream]\nresume_attempts = 0\n{}", minimal())).key,
             "upstream.resume_attempts"
         );
+    }
+
+    #[test]
+    fn subscriptions_keys_have_defaults_and_limits() {
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert_eq!(c.subscriptions.keepalive, Duration::from_secs(15));
+        assert_eq!(c.subscriptions.max_streams, 256);
+        assert_eq!(c.subscriptions.max_resource_subscriptions, 64);
+        for (body, key) in [
+            ("keepalive = \"10ms\"", "subscriptions.keepalive"),
+            ("keepalive = \"2h\"", "subscriptions.keepalive"),
+            ("keepalive = \"often\"", "subscriptions.keepalive"),
+            ("max_streams = 0", "subscriptions.max_streams"),
+            (
+                "max_resource_subscriptions = 0",
+                "subscriptions.max_resource_subscriptions",
+            ),
+        ] {
+            let e = err_of(&format!("[subscriptions]\n{body}\n{}", minimal()));
+            assert_eq!(e.key, key, "{body}: {e}");
+        }
     }
 
     #[test]

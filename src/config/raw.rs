@@ -41,6 +41,8 @@ pub struct RawConfig {
     pub single_use: crate::single_use::config::RawSingleUse,
     #[serde(default)]
     pub auth: crate::auth::config::RawAuth,
+    #[serde(default)]
+    pub subscriptions: RawSubscriptions,
 }
 
 #[derive(Debug, Deserialize, serde::Serialize)]
@@ -326,6 +328,25 @@ impl Default for RawPool {
             max_idle_per_key: 8,
             max_idle: 256,
             idle_timeout: "60s".into(),
+        }
+    }
+}
+
+/// `[subscriptions]`: `subscriptions/listen` streams.
+#[derive(Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawSubscriptions {
+    pub keepalive: String,
+    pub max_streams: u64,
+    pub max_resource_subscriptions: u64,
+}
+
+impl Default for RawSubscriptions {
+    fn default() -> Self {
+        RawSubscriptions {
+            keepalive: "15s".into(),
+            max_streams: 256,
+            max_resource_subscriptions: 64,
         }
     }
 }

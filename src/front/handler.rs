@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::ingress::{self, Parsed};
 use super::listener::ConnInfo;
 use super::respond::{self, Body};
+use super::{legacy_passthrough, listen};
 use crate::auth::{AuthRequest, Authenticator};
 use crate::config::Config;
 use crate::error::Rejection;
@@ -157,7 +158,7 @@ async fn handle_inner(
     }
 
     // Phase 1: the endpoint. Only `listen.path`, only POST (2026-07-28 has no GET stream and
-    // no sessions to DELETE).
+    // no sessions to DELETE) — except for legacy clients of the dual-era front.
     if req.uri().path() != cfg.listen.path {
         let rej = Rejection::new(
             StatusCode::NOT_FOUND,
@@ -169,6 +170,23 @@ async fn handle_inner(
         return refuse(&gw, "other", None, rej);
     }
     if req.method() != Method::POST {
+        // Hook (dual-era front): a legacy client's GET stream or DELETE on a session this
+        // gateway sealed is passed through; any other GET or DELETE is still 405.
+        if legacy_passthrough::is_session_bodyless(&gw, req.method(), req.headers()) {
+            let (parts, _) = req.into_parts();
+            return match legacy_passthrough::serve_session(
+                &gw,
+                parts.method,
+                &parts.headers,
+                None,
+                conn,
+            )
+            .await
+            {
+                Ok(response) => response,
+                Err(rej) => refuse(&gw, "other", None, rej),
+            };
+        }
         let rej = Rejection::new(
             StatusCode::METHOD_NOT_ALLOWED,
             crate::jsonrpc::codes::INVALID_REQUEST,
@@ -205,6 +223,23 @@ async fn handle_inner(
         }
     };
 
+    // Hook (dual-era front): a POST on a legacy client's session goes to the legacy server
+    // as it is, before modern parsing (it may be a notification, a batch, or an answer).
+    if legacy_passthrough::is_session_post(&parts.headers) {
+        return match legacy_passthrough::serve_session(
+            &gw,
+            Method::POST,
+            &parts.headers,
+            Some(bytes),
+            conn,
+        )
+        .await
+        {
+            Ok(response) => response,
+            Err(rej) => refuse(&gw, "other", None, rej),
+        };
+    }
+
     // Phase 3: JSON-RPC envelope, then headers / version / _meta in the spec's order.
     let env = match ingress::parse_envelope(&bytes) {
         Ok(Parsed::Request(env)) => env,
@@ -228,6 +263,25 @@ async fn handle_inner(
         Ok(p) => p,
         Err(e) => return refuse(&gw, &env.method, Some(&env.id), e.into()),
     };
+    // Hook (dual-era front): `initialize` selects legacy semantics, whatever its headers; it
+    // skips the modern header ladder and opens a passed-through legacy session.
+    if env.method == "initialize" {
+        return match legacy_passthrough::serve_initialize(
+            &gw,
+            &parts.headers,
+            bytes,
+            env.params.as_ref(),
+            principal.as_str(),
+        )
+        .await
+        {
+            Ok(response) => {
+                record(&gw, &env.method, &Ok(Value::Null));
+                response
+            }
+            Err(rej) => refuse(&gw, &env.method, Some(&env.id), rej),
+        };
+    }
     let meta = match ingress::validate(&parts.headers, &env) {
         Ok(m) => m,
         Err(rej) => return refuse(&gw, &env.method, Some(&env.id), rej),
@@ -236,7 +290,7 @@ async fn handle_inner(
     // Phase 4: routing. Removed and unknown methods, and methods the legacy server does not
     // offer, are "not found".
     let r = route(&env.method);
-    if matches!(r, Route::NotFound | Route::Listen) {
+    if r == Route::NotFound {
         return refuse(
             &gw,
             &env.method,
@@ -261,8 +315,29 @@ async fn handle_inner(
             Rejection::method_not_found(&env.method),
         );
     }
+    if r == Route::Listen {
+        // Hook (subscriptions/listen): a long-lived stream with a legacy session of its own.
+        let params = env.params.clone().unwrap_or(Value::Null);
+        return match listen::serve(
+            &gw,
+            &env.id,
+            &params,
+            accepts_sse(&parts.headers),
+            upstream_headers(&parts.headers, env.params.as_ref(), &auth),
+            &snapshot.init,
+        )
+        .await
+        {
+            Ok(response) => {
+                record(&gw, &env.method, &Ok(Value::Null));
+                response
+            }
+            Err(rej) => refuse(&gw, &env.method, Some(&env.id), rej),
+        };
+    }
     if r == Route::Discover {
-        let result = translate::discover(&snapshot.init, cfg.caching.discover, false);
+        let listen_supported = listen::supported(&gw.upstream());
+        let result = translate::discover(&snapshot.init, cfg.caching.discover, listen_supported);
         let response = respond::json(
             StatusCode::OK,
             &crate::jsonrpc::result_response(&env.id, result.clone()),
@@ -305,7 +380,11 @@ async fn handle_inner(
 /// asks for, and W3C trace context.
 /// Trace context comes from the HTTP headers, or else from `params._meta` (where 2026-07-28
 /// clients may put it); legacy servers read it from either place.
-fn upstream_headers(h: &HeaderMap, params: Option<&Value>, auth: &Authenticator) -> HeaderMap {
+pub(super) fn upstream_headers(
+    h: &HeaderMap,
+    params: Option<&Value>,
+    auth: &Authenticator,
+) -> HeaderMap {
     let mut out = auth.upstream_headers(h);
     for name in ["traceparent", "tracestate", "baggage"] {
         let value = h.get(name).cloned().or_else(|| {

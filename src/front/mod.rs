@@ -2,6 +2,9 @@
 
 pub mod handler;
 pub mod ingress;
+pub mod legacy_passthrough;
+pub mod listen;
 pub mod listener;
+pub mod long_lived;
 pub mod respond;
 pub mod tls;

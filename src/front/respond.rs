@@ -54,12 +54,30 @@ pub fn rejection(id: Option<&Value>, rej: &Rejection) -> Response<Body> {
     r
 }
 
-fn sse_frame(msg: &Value) -> Result<Frame<Bytes>, Infallible> {
+/// One SSE `message` event carrying `msg`.
+pub fn sse_event(msg: &Value) -> Bytes {
     let mut buf = Vec::with_capacity(128);
     buf.extend_from_slice(b"event: message\ndata: ");
     serde_json::to_writer(&mut buf, msg).expect("JSON values serialize");
     buf.extend_from_slice(b"\n\n");
-    Ok(Frame::data(Bytes::from(buf)))
+    Bytes::from(buf)
+}
+
+fn sse_frame(msg: &Value) -> Result<Frame<Bytes>, Infallible> {
+    Ok(Frame::data(sse_event(msg)))
+}
+
+/// A `200 text/event-stream` response around `body`, neither cached nor buffered by proxies.
+pub fn sse_response(body: Body) -> Response<Body> {
+    let mut r = Response::new(body);
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r
 }
 
 /// The final JSON-RPC message of a request.
@@ -148,15 +166,7 @@ where
         let frame = sse_frame(&final_message(&st.id, &outcome));
         Some((frame, st))
     });
-    let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    r
+    sse_response(BodyExt::boxed_unsync(StreamBody::new(stream)))
 }
 
 /// A body that keeps `guard` alive until the body is dropped (its last byte sent, or the

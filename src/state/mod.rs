@@ -1,9 +1,11 @@
 //! `requestState`: what it holds ([`payload`]), how it is sealed ([`seal`]), the keys
-//! ([`key_ring`]), and [`StateCodec`], which adds size caps and expiry around them.
+//! ([`key_ring`]), and [`StateCodec`], which adds size caps and expiry around them. The same
+//! ring and seam seal the dual-era front's legacy session ids ([`session_ticket`]).
 
 pub mod key_ring;
 pub mod payload;
 pub mod seal;
+pub mod session_ticket;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -13,6 +15,7 @@ use arc_swap::ArcSwap;
 pub use key_ring::KeyRing;
 pub use payload::{InputKind, ParkRef, Pending, StatePayload};
 pub use seal::OpenError;
+pub use session_ticket::SessionTicket;
 
 use crate::config::StateKeySpec;
 

@@ -1,9 +1,13 @@
-//! Sealing and opening `requestState` tokens: the only code that touches state crypto.
+//! Sealing and opening tokens under the state key ring: the only code that touches state
+//! crypto. Two kinds of token use it, told apart by a purpose tag in the associated data:
+//! `requestState` ("state") and the sealed legacy session ids of the dual-era front
+//! ("legacy-session"). A token sealed for one purpose fails authentication as the other.
 //!
 //! ```text
 //!  token   = "m1" "." key-id "." base64url-nopad( nonce ‖ ciphertext ‖ tag )
 //!                                               24 B    len(plain)    16 B
-//!  aad     = "mrtr-gateway/state" 0x00 "m1" 0x00 key-id
+//!  aad     = "mrtr-gateway/" purpose 0x00 "m1" 0x00 key-id
+//!  purpose = "state" | "legacy-session"
 //!  cipher  = XAES-256-GCM (C2SP): AES-256-GCM under a key derived from the ring key and the
 //!            first 12 nonce bytes, nonce = the last 12 bytes
 //! ```
@@ -27,7 +31,26 @@ use crate::config::valid_key_id;
 pub const VERSION: &str = "m1";
 const NONCE_LEN: usize = 24;
 const TAG_LEN: usize = 16;
-const AAD_PREFIX: &[u8] = b"mrtr-gateway/state\0m1\0";
+const AAD_PREFIX: &[u8] = b"mrtr-gateway/";
+
+/// What a token is for. Bound into the associated data, so a token never opens as another
+/// kind; `RequestState` keeps the associated data of the first release (tokens in flight
+/// across an upgrade still open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    RequestState,
+    /// A legacy session id handed to a legacy client by the dual-era front.
+    LegacySession,
+}
+
+impl Purpose {
+    fn tag(self) -> &'static [u8] {
+        match self {
+            Purpose::RequestState => b"state",
+            Purpose::LegacySession => b"legacy-session",
+        }
+    }
+}
 
 /// Why a token did not open. Never shown to clients; used for logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,15 +76,30 @@ impl OpenError {
     }
 }
 
-fn aad(kid: &str) -> Vec<u8> {
-    let mut v = Vec::with_capacity(AAD_PREFIX.len() + kid.len());
+fn aad(purpose: Purpose, kid: &str) -> Vec<u8> {
+    let tag = purpose.tag();
+    let mut v = Vec::with_capacity(AAD_PREFIX.len() + tag.len() + VERSION.len() + 2 + kid.len());
     v.extend_from_slice(AAD_PREFIX);
+    v.extend_from_slice(tag);
+    v.push(0);
+    v.extend_from_slice(VERSION.as_bytes());
+    v.push(0);
     v.extend_from_slice(kid.as_bytes());
     v
 }
 
-/// Seals `plain` under the ring's sealing key. Returns the token and the key id used.
+/// Seals a `requestState` under the ring's sealing key. Returns the token and the key id used.
 pub fn seal(ring: &KeyRing, plain: &[u8]) -> (String, String) {
+    seal_for(Purpose::RequestState, ring, plain)
+}
+
+/// Opens a `requestState`. `max_len` is the cap on the token's length in bytes.
+pub fn open(ring: &KeyRing, token: &str, max_len: usize) -> Result<(Vec<u8>, String), OpenError> {
+    open_for(Purpose::RequestState, ring, token, max_len)
+}
+
+/// Seals `plain` for `purpose` under the ring's sealing key. Returns the token and the key id.
+pub fn seal_for(purpose: Purpose, ring: &KeyRing, plain: &[u8]) -> (String, String) {
     let key = ring.sealing_key();
     let mut nonce = [0u8; NONCE_LEN];
     getrandom::fill(&mut nonce).expect("the OS random source failed");
@@ -71,7 +109,7 @@ pub fn seal(ring: &KeyRing, plain: &[u8]) -> (String, String) {
             (&nonce).into(),
             Payload {
                 msg: plain,
-                aad: &aad(&key.id),
+                aad: &aad(purpose, &key.id),
             },
         )
         .expect("XAES-256-GCM cannot fail for inputs below its 64 GiB limit");
@@ -89,8 +127,13 @@ pub fn seal(ring: &KeyRing, plain: &[u8]) -> (String, String) {
     (token, key.id.clone())
 }
 
-/// Opens a token. `max_len` is the cap on the token's length in bytes.
-pub fn open(ring: &KeyRing, token: &str, max_len: usize) -> Result<(Vec<u8>, String), OpenError> {
+/// Opens a token sealed for `purpose`. `max_len` is the cap on the token's length in bytes.
+pub fn open_for(
+    purpose: Purpose,
+    ring: &KeyRing,
+    token: &str,
+    max_len: usize,
+) -> Result<(Vec<u8>, String), OpenError> {
     if token.len() > max_len {
         return Err(OpenError::Oversize);
     }
@@ -116,7 +159,7 @@ pub fn open(ring: &KeyRing, token: &str, max_len: usize) -> Result<(Vec<u8>, Str
             nonce.into(),
             Payload {
                 msg: ct,
-                aad: &aad(kid),
+                aad: &aad(purpose, kid),
             },
         )
         .map_err(|_| OpenError::AuthFailed)?;
@@ -251,6 +294,25 @@ mod tests {
         let retired = ring(&[("k2", 9)]);
         assert_eq!(open(&retired, &t_old, 1 << 16), Err(OpenError::UnknownKey));
         assert!(open(&retired, &t_new, 1 << 16).is_ok());
+    }
+
+    #[test]
+    fn a_token_opens_only_for_the_purpose_it_was_sealed_for() {
+        let r = ring(&[("k1", 7)]);
+        // The request-state associated data is the first release's, byte for byte.
+        assert_eq!(
+            aad(Purpose::RequestState, "k1"),
+            b"mrtr-gateway/state\0m1\0k1".to_vec()
+        );
+        let (state, _) = seal(&r, b"x");
+        let (session, _) = seal_for(Purpose::LegacySession, &r, b"x");
+        assert!(open(&r, &state, 1 << 16).is_ok());
+        assert!(open_for(Purpose::LegacySession, &r, &session, 1 << 16).is_ok());
+        assert_eq!(
+            open_for(Purpose::LegacySession, &r, &state, 1 << 16),
+            Err(OpenError::AuthFailed)
+        );
+        assert_eq!(open(&r, &session, 1 << 16), Err(OpenError::AuthFailed));
     }
 
     #[test]

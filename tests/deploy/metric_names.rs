@@ -24,6 +24,8 @@ pub const METRICS: &[&str] = &[
     "parked_calls",
     "config_reloads_total",
     "draining",
+    "listen_streams",
+    "legacy_passthrough_total",
 ];
 
 /// The histograms, whose series also appear as `_bucket`, `_sum` and `_count`.

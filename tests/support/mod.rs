@@ -4,6 +4,7 @@
 
 pub mod peers;
 pub mod procs;
+pub mod round_robin;
 pub mod tls;
 
 use std::sync::Arc;
@@ -63,6 +64,9 @@ impl Env {
     }
 
     pub async fn stop(self) {
+        // As `serve` does when it stops accepting: long-lived streams end instead of holding
+        // the drain.
+        self.gw.begin_shutdown();
         self.running.stop().await;
         self.legacy.shutdown().await;
     }

@@ -203,3 +203,28 @@ pub async fn modern_scenario(url: &str, scenario: &str, extra: &[&str]) -> Value
     );
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("bad report ({e}): {stdout}"))
 }
+
+/// Runs `legacy_client.py` (mcp 1.30.0 `ClientSession`) against `url`; returns its JSON report.
+pub async fn legacy_client(url: &str, extra: &[&str]) -> Value {
+    let out = tokio::time::timeout(
+        Duration::from_secs(90),
+        Command::new(legacy_python())
+            .arg(repo().join("tests/peers/legacy_client.py"))
+            .args(["--url", url])
+            .args(extra)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the legacy client finishes within 90 s")
+    .expect("the legacy client runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "legacy_client.py {extra:?} exited {}: {stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("bad report ({e}): {stdout}"))
+}
