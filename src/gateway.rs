@@ -106,6 +106,7 @@ impl Gateway {
             SingleUseMetrics::register(&metrics.registry).map_err(|e| e.to_string())?;
         let single_use = SingleUseStore::build(&config.single_use, single_use_metrics.clone())
             .map_err(|e| e.to_string())?;
+        let long_lived = crate::front::long_lived::LongLived::new(metrics.listen_streams.clone());
         let pool = Arc::new(SessionPool::new(
             PoolMetrics {
                 idle: metrics.pool_idle.clone(),
@@ -113,6 +114,7 @@ impl Gateway {
                 discards: metrics.pool_discards.clone(),
             },
             config.pool.idle_timeout,
+            Some(long_lived.relay_sender()),
         ));
         let background = CancellationToken::new();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -138,7 +140,7 @@ impl Gateway {
             codec: StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes)
                 .with_clock_skew(config.state.clock_skew),
             discover: DiscoverCache::new(config.discover.refresh),
-            long_lived: crate::front::long_lived::LongLived::new(metrics.listen_streams.clone()),
+            long_lived,
             metrics,
             instance_id,
             config: ArcSwap::from_pointee(config),

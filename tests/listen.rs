@@ -506,3 +506,58 @@ async fn fastmcp_tool_list_change_reaches_the_tools_stream_only() {
     running.stop().await;
     py.kill().await;
 }
+
+/// Many legacy servers (FastMCP among them) tell only the session whose request changed
+/// something. The gateway relays such notifications from its call sessions — during the call,
+/// and after it while the session waits in the pool — to this replica's listen streams.
+#[tokio::test]
+async fn changes_announced_only_to_a_call_session_reach_listen_streams() {
+    let h = Handlers::new()
+        .tool(
+            "during",
+            "",
+            json!({"type": "object"}),
+            |ctx, _| async move {
+                ctx.notify("notifications/tools/list_changed", json!({}));
+                Ok(tool_text("changed"))
+            },
+        )
+        .tool(
+            "after",
+            "",
+            json!({"type": "object"}),
+            |ctx, _| async move {
+                let late = ctx.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    late.notify_get_stream("notifications/tools/list_changed", json!({}));
+                });
+                Ok(tool_text("will change"))
+            },
+        );
+    let env = env(h).await;
+    let c = env.client();
+    let mut s = listen(&c, json!({"toolsListChanged": true})).await;
+    assert_eq!(ack(&mut s).await, json!({"toolsListChanged": true}));
+    let r = c
+        .request("tools/call", json!({"name": "during", "arguments": {}}))
+        .await
+        .unwrap();
+    assert_eq!(text(r.result().unwrap()), "changed");
+    expect_tagged(&mut s, "notifications/tools/list_changed").await;
+    // A change announced after the call ended (its session idles in the pool by then)
+    // arrives too.
+    let r = c
+        .request("tools/call", json!({"name": "after", "arguments": {}}))
+        .await
+        .unwrap();
+    assert_eq!(text(r.result().unwrap()), "will change");
+    expect_tagged(&mut s, "notifications/tools/list_changed").await;
+    // One change is one notification, however many sessions saw it.
+    assert!(matches!(
+        s.next_within(Duration::from_millis(300)).await,
+        Err(ClientError::Timeout)
+    ));
+    drop(s);
+    env.stop().await;
+}

@@ -83,6 +83,9 @@ pub struct Filter {
     pub uris: Vec<String>,
 }
 
+/// How long one change is coalesced across the sessions it is seen on.
+const COALESCE: std::time::Duration = std::time::Duration::from_millis(500);
+
 fn bad_filter(message: String) -> Rejection {
     Rejection::invalid_params(message, "invalid_listen_filter")
 }
@@ -460,6 +463,8 @@ pub async fn serve(
         feed,
         keepalive,
         shutdown: gw.long_lived.shutdown().clone(),
+        relayed: gw.long_lived.relayed(),
+        recent: VecDeque::new(),
         server_info,
         ended: false,
         _place: place,
@@ -482,6 +487,11 @@ struct ListenStream {
     feed: Option<Feed>,
     keepalive: Interval,
     shutdown: CancellationToken,
+    /// Session-wide notifications seen on this replica's other legacy sessions.
+    relayed: tokio::sync::broadcast::Receiver<Value>,
+    /// Recently forwarded notifications and which path each came by (`true`: relayed from
+    /// another session), to drop the second sighting of one change seen on both paths.
+    recent: VecDeque<(Instant, Value, bool)>,
     server_info: Value,
     /// The final response has been sent.
     ended: bool,
@@ -517,9 +527,18 @@ impl ListenStream {
                     );
                     return Some(respond::sse_event(&jsonrpc::result_response(&self.id, result)));
                 }
+                relayed = self.relayed.recv(), if self.feed.is_some() => {
+                    if let Ok(msg) = relayed
+                        && self.agreed.admits(&msg)
+                        && self.fresh(&msg, true)
+                    {
+                        self.keepalive.reset();
+                        return Some(respond::sse_event(&tagged(msg, &self.id)));
+                    }
+                }
                 item = next_inbound(&mut self.feed) => match item {
                     Some(Inbound::Message(_, msg)) => match jsonrpc::classify(&msg) {
-                        MessageKind::Notification if self.agreed.admits(&msg) => {
+                        MessageKind::Notification if self.agreed.admits(&msg) && self.fresh(&msg, false) => {
                             self.keepalive.reset();
                             return Some(respond::sse_event(&tagged(msg, &self.id)));
                         }
@@ -548,6 +567,32 @@ impl ListenStream {
                 _ = self.keepalive.tick() => return Some(Bytes::from_static(KEEP_ALIVE)),
             }
         }
+    }
+
+    /// Whether `msg` is not the other sighting of a change just forwarded: a server that
+    /// tells every session is heard both on this stream's own session and, relayed, from a
+    /// call's session. Two sightings on the same path are two changes, and both go out.
+    fn fresh(&mut self, msg: &Value, relayed: bool) -> bool {
+        let now = Instant::now();
+        while self
+            .recent
+            .front()
+            .is_some_and(|(t, _, _)| now.duration_since(*t) > COALESCE)
+        {
+            self.recent.pop_front();
+        }
+        let key = json!({"method": msg.get("method"), "uri": msg.pointer("/params/uri")});
+        if let Some(i) = self
+            .recent
+            .iter()
+            .position(|(_, k, path)| *k == key && *path != relayed)
+        {
+            // Matched once: a third sighting is a new change again.
+            self.recent.remove(i);
+            return false;
+        }
+        self.recent.push_back((now, key, relayed));
+        true
     }
 
     async fn close(&mut self, why: &str) {

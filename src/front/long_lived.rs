@@ -15,6 +15,10 @@ use tokio_util::sync::CancellationToken;
 pub struct LongLived {
     shutdown: CancellationToken,
     listen: Arc<ListenCount>,
+    /// List-change and resource-update notifications seen on other sessions of this replica
+    /// (per-call, pooled): many legacy servers (FastMCP among them) tell only the session whose
+    /// request caused the change, which is never a listen stream's own session.
+    relay: tokio::sync::broadcast::Sender<serde_json::Value>,
 }
 
 struct ListenCount {
@@ -38,6 +42,7 @@ impl LongLived {
     /// `gauge` shows the listen streams open now.
     pub fn new(gauge: prometheus::IntGauge) -> LongLived {
         LongLived {
+            relay: tokio::sync::broadcast::channel(64).0,
             shutdown: CancellationToken::new(),
             listen: Arc::new(ListenCount {
                 open: AtomicUsize::new(0),
@@ -66,6 +71,23 @@ impl LongLived {
             .ok()?;
         self.listen.gauge.inc();
         Some(ListenPlace(Arc::downgrade(&self.listen)))
+    }
+
+    /// Offers a session-wide notification seen on a call's session to every listen stream.
+    pub fn relay(&self, msg: &serde_json::Value) {
+        if self.listen_streams() > 0 {
+            let _ = self.relay.send(msg.clone());
+        }
+    }
+
+    /// A sender into the relay, for idle pooled sessions.
+    pub fn relay_sender(&self) -> tokio::sync::broadcast::Sender<serde_json::Value> {
+        self.relay.clone()
+    }
+
+    /// Notifications relayed from other sessions, for one listen stream.
+    pub fn relayed(&self) -> tokio::sync::broadcast::Receiver<serde_json::Value> {
+        self.relay.subscribe()
     }
 
     /// Listen streams open now.

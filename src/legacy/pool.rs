@@ -18,8 +18,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
 
 use super::session::{Inbound, LegacySession, StreamTag};
 use crate::config::{PoolConfig, PoolMode};
@@ -37,8 +37,63 @@ pub struct PoolKey {
 
 struct Idle {
     session: LegacySession,
-    inbound: mpsc::Receiver<Inbound>,
     since: Instant,
+    stop: CancellationToken,
+    /// Watches the session while it is idle; hands the receiver back, with why the session
+    /// became unusable, if it did.
+    watcher: tokio::task::JoinHandle<(mpsc::Receiver<Inbound>, Option<&'static str>)>,
+}
+
+/// Session-wide notifications that listen streams care about.
+fn is_relayed(method: &str) -> bool {
+    matches!(
+        method,
+        "notifications/tools/list_changed"
+            | "notifications/prompts/list_changed"
+            | "notifications/resources/list_changed"
+            | "notifications/resources/updated"
+    )
+}
+
+/// Reads an idle session's messages: relays session-wide notifications (a change made by the
+/// call that just finished often arrives after its response), ignores late leftovers of that
+/// call, and stops at the first sign the session cannot be reused.
+async fn watch(
+    mut inbound: mpsc::Receiver<Inbound>,
+    stop: CancellationToken,
+    relay: Option<broadcast::Sender<Value>>,
+) -> (mpsc::Receiver<Inbound>, Option<&'static str>) {
+    loop {
+        let item = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return (inbound, None),
+            item = inbound.recv() => item,
+        };
+        match item {
+            Some(Inbound::Message(_, msg)) => match jsonrpc::classify(&msg) {
+                // Nobody can answer it now, and it may block the server: start fresh later.
+                MessageKind::Request => return (inbound, Some("unattributed_request")),
+                MessageKind::Notification => {
+                    let method = msg
+                        .get("method")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    if is_relayed(method)
+                        && let Some(r) = &relay
+                    {
+                        let _ = r.send(msg);
+                    }
+                }
+                _ => {}
+            },
+            Some(Inbound::Ended {
+                stream: StreamTag::Get,
+                ..
+            })
+            | None => return (inbound, Some("stream_ended")),
+            Some(Inbound::Ended { .. }) => {}
+        }
+    }
 }
 
 pub struct PoolMetrics {
@@ -50,38 +105,22 @@ pub struct PoolMetrics {
 pub struct SessionPool {
     idle: Mutex<HashMap<PoolKey, Vec<Idle>>>,
     metrics: PoolMetrics,
+    /// Where idle sessions' session-wide notifications go (this replica's listen streams).
+    relay: Option<broadcast::Sender<Value>>,
     /// `pool.idle_timeout` in milliseconds, for the sweeper (updated on reload).
     idle_timeout_ms: std::sync::atomic::AtomicU64,
 }
 
-/// Why an idle session was not reused (metrics label).
-fn unusable(inbound: &mut mpsc::Receiver<Inbound>) -> Option<&'static str> {
-    loop {
-        match inbound.try_recv() {
-            Ok(Inbound::Message(_, msg)) => {
-                if jsonrpc::classify(&msg) == MessageKind::Request {
-                    // Nobody can answer it now, and it may block the server: start fresh.
-                    return Some("unattributed_request");
-                }
-                // Late notifications or responses of the previous call: irrelevant now.
-                let _: Value = msg;
-            }
-            Ok(Inbound::Ended {
-                stream: StreamTag::Get,
-                ..
-            }) => return Some("stream_ended"),
-            Ok(Inbound::Ended { .. }) => {}
-            Err(TryRecvError::Empty) => return None,
-            Err(TryRecvError::Disconnected) => return Some("stream_ended"),
-        }
-    }
-}
-
 impl SessionPool {
-    pub fn new(metrics: PoolMetrics, idle_timeout: Duration) -> SessionPool {
+    pub fn new(
+        metrics: PoolMetrics,
+        idle_timeout: Duration,
+        relay: Option<broadcast::Sender<Value>>,
+    ) -> SessionPool {
         SessionPool {
             idle: Mutex::new(HashMap::new()),
             metrics,
+            relay,
             idle_timeout_ms: std::sync::atomic::AtomicU64::new(idle_timeout.as_millis() as u64),
         }
     }
@@ -142,21 +181,30 @@ impl SessionPool {
                 self.metrics.idle.set(Self::total(&map) as i64);
                 c
             };
-            let Some(mut idle) = candidate else {
+            let Some(idle) = candidate else {
                 self.metrics.checkouts.with_label_values(&["miss"]).inc();
                 return None;
+            };
+            idle.stop.cancel();
+            let Ok((inbound, watched)) = idle.watcher.await else {
+                self.metrics
+                    .discards
+                    .with_label_values(&["unhealthy"])
+                    .inc();
+                idle.session.close().await;
+                continue;
             };
             let reason = if idle.since.elapsed() >= cfg.idle_timeout {
                 Some("idle_timeout")
             } else if !idle.session.is_healthy() {
                 Some("unhealthy")
             } else {
-                unusable(&mut idle.inbound)
+                watched
             };
             match reason {
                 None => {
                     self.metrics.checkouts.with_label_values(&["hit"]).inc();
-                    return Some((idle.session, idle.inbound));
+                    return Some((idle.session, inbound));
                 }
                 Some(r) => {
                     self.metrics.discards.with_label_values(&[r]).inc();
@@ -185,10 +233,13 @@ impl SessionPool {
             if total >= cfg.max_idle || here >= cfg.max_idle_per_key {
                 Some("pool_full")
             } else {
+                let stop = CancellationToken::new();
+                let watcher = tokio::spawn(watch(inbound, stop.clone(), self.relay.clone()));
                 map.entry(key).or_default().push(Idle {
                     session,
-                    inbound,
                     since: Instant::now(),
+                    stop,
+                    watcher,
                 });
                 self.metrics.idle.set((total + 1) as i64);
                 return;
@@ -254,6 +305,7 @@ impl SessionPool {
         match victim {
             Some(i) => {
                 self.metrics.discards.with_label_values(&["evicted"]).inc();
+                i.stop.cancel();
                 i.session.close().await;
                 true
             }
@@ -270,6 +322,7 @@ impl SessionPool {
             v
         };
         for i in all {
+            i.stop.cancel();
             i.session.close().await;
         }
     }

@@ -558,8 +558,12 @@ impl<'g> Run<'g> {
                     return sink.send(msg).await;
                 }
             }
-            // Session-wide notifications (list_changed, resources/updated) are not this request's;
-            // notifications/elicitation/complete has no modern counterpart.
+            // Session-wide notifications are not this request's: they go to this replica's
+            // listen streams. notifications/elicitation/complete has no modern counterpart.
+            "notifications/tools/list_changed"
+            | "notifications/prompts/list_changed"
+            | "notifications/resources/list_changed"
+            | "notifications/resources/updated" => self.gw.long_lived.relay(&msg),
             _ => {}
         }
         true

@@ -17,7 +17,6 @@ import functools
 import logging
 import socket
 import sys
-import weakref
 
 import anyio
 import uvicorn
@@ -26,9 +25,7 @@ from pydantic import BaseModel
 from mcp import types
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.prompts.base import Message, UserMessage
-from mcp.server.lowlevel import server as lowlevel_server
 from mcp.server.lowlevel.server import NotificationOptions
-from mcp.server.session import ServerSession
 
 log = logging.getLogger("legacy_server")
 
@@ -78,38 +75,6 @@ class SecondForm(BaseModel):
 
 class AnswerForm(BaseModel):
     answer: str
-
-
-# ---------------------------------------------------------- live sessions
-# FastMCP tells only the session whose request changed the tool list.  A server that
-# changes its list should tell every client it serves, so the peer keeps track of its live
-# sessions and notifies them all (the gateway's subscriptions/listen sessions included).
-LIVE_SESSIONS: "weakref.WeakSet[ServerSession]" = weakref.WeakSet()
-
-
-class TrackedSession(ServerSession):
-    async def __aenter__(self):
-        entered = await super().__aenter__()
-        LIVE_SESSIONS.add(self)
-        return entered
-
-    async def __aexit__(self, exc_type, exc_val, exc_tb):
-        LIVE_SESSIONS.discard(self)
-        return await super().__aexit__(exc_type, exc_val, exc_tb)
-
-
-lowlevel_server.ServerSession = TrackedSession
-
-
-async def tell_every_session_tools_changed() -> int:
-    told = 0
-    for session in list(LIVE_SESSIONS):
-        try:
-            await session.send_tool_list_changed()
-            told += 1
-        except Exception as exc:  # a session on its way out
-            log.debug("could not notify a session: %r", exc)
-    return told
 
 
 # ------------------------------------------------------------------- helpers
@@ -267,9 +232,10 @@ def build_server(args: argparse.Namespace) -> FastMCP:
             return f"dynamic tool {name}"
 
         mcp.add_tool(dynamic, name=name, description=f"Added at run time as {name}")
-        # FastMCP does not do this on its own. No related id, so each session's GET stream.
-        told = await tell_every_session_tools_changed()
-        return f"added {name} (told {told} sessions)"
+        # FastMCP does not do this on its own. As shipped it reaches only this session (its GET
+        # stream: no related request id) — the session of the call, not a listener's.
+        await ctx.session.send_tool_list_changed()
+        return f"added {name}"
 
     @mcp.prompt()
     async def review_prompt(code: str, ctx: Context) -> list[Message]:
