@@ -75,7 +75,9 @@ impl Caller {
     pub async fn connect(legacy_url: &str, gateway_url: &str) -> Result<Caller, String> {
         Ok(Caller {
             direct: LegacyClient::connect(legacy_url).await?,
-            modern: ModernClient::new(gateway_url),
+            // The same capabilities the direct client declares: elicitation (form) only.
+            modern: ModernClient::new(gateway_url)
+                .with_capabilities(serde_json::json!({"elicitation": {"form": {}}})),
         })
     }
 

@@ -279,6 +279,7 @@ pub struct StateConfig {
 #[derive(Debug, Clone)]
 pub struct MrtrConfig {
     pub gather_window: Duration,
+    pub gather_quiet: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -526,6 +527,17 @@ impl Config {
 
         let mrtr = MrtrConfig {
             gather_window: duration("mrtr.gather_window", &raw.mrtr.gather_window)?,
+            gather_quiet: {
+                let q = duration("mrtr.gather_quiet", &raw.mrtr.gather_quiet)?;
+                let w = duration("mrtr.gather_window", &raw.mrtr.gather_window)?;
+                if q > w {
+                    return Err(ConfigError::new(
+                        "mrtr.gather_quiet",
+                        "must not exceed mrtr.gather_window",
+                    ));
+                }
+                q
+            },
         };
         let discover = DiscoverConfig {
             refresh: nonzero_duration("discover.refresh", &raw.discover.refresh)?,

@@ -159,12 +159,14 @@ pub struct RawStateKey {
 #[serde(deny_unknown_fields, default)]
 pub struct RawMrtr {
     pub gather_window: String,
+    pub gather_quiet: String,
 }
 
 impl Default for RawMrtr {
     fn default() -> Self {
         RawMrtr {
             gather_window: "100ms".into(),
+            gather_quiet: "2ms".into(),
         }
     }
 }

@@ -167,6 +167,15 @@ impl LegacySession {
 
     /// Whether the session can carry another call: its transport is still up and nothing
     /// has gone wrong on it (for a future pool of warm sessions).
+    /// Whether server requests may also arrive on a second, standalone stream (Streamable
+    /// HTTP's GET stream); such requests can lag behind those on the call's stream.
+    pub fn has_get_stream(&self) -> bool {
+        match self {
+            LegacySession::Http(s) => s.has_get_stream,
+            _ => false,
+        }
+    }
+
     pub fn is_healthy(&self) -> bool {
         match self {
             // Expiry only shows when the next request gets 404 (`SessionError::Expired`).

@@ -117,6 +117,39 @@ pub enum Captured {
     NeedInput(Vec<Question>),
 }
 
+/// When a round of questions closes (see `[mrtr] gather_window` / `gather_quiet`): once the
+/// server has been quiet for `quiet` since the last new question, but never later than
+/// `window` after the first — and, while a lagging `roots/list` may still come, not before.
+struct Gather {
+    window: std::time::Duration,
+    quiet: std::time::Duration,
+    first: Option<tokio::time::Instant>,
+    last: Option<tokio::time::Instant>,
+    /// The client declared roots, the session has a GET stream, and no `roots/list` has come.
+    awaiting_roots: bool,
+}
+
+impl Gather {
+    fn asked(&mut self, kind: InputKind) {
+        let now = tokio::time::Instant::now();
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+        if kind == InputKind::Roots {
+            self.awaiting_roots = false;
+        }
+    }
+
+    /// When the round closes, if a question is pending.
+    fn due(&self) -> Option<tokio::time::Instant> {
+        let first = self.first?;
+        let by_window = first + self.window;
+        if self.awaiting_roots {
+            return Some(by_window);
+        }
+        Some(by_window.min(self.last.unwrap_or(first) + self.quiet))
+    }
+}
+
 /// Why a run could not start.
 pub struct StartError {
     pub rejection: Rejection,
@@ -375,13 +408,34 @@ impl<'g> Run<'g> {
         deadline: Instant,
         mut questions: Vec<Question>,
     ) -> Result<Captured, Rejection> {
-        let gather_window = self.gw.config().mrtr.gather_window;
-        let mut gather_until: Option<tokio::time::Instant> =
-            (!questions.is_empty()).then(|| tokio::time::Instant::now() + gather_window);
+        let cfg = self.gw.config();
+        // A `roots/list` may still be on its way on the GET stream (Python SDK servers send
+        // it there, tens of milliseconds behind the call stream's requests).
+        let roots_may_lag = matches!(mode, Mode::Mrtr { declared, .. } if declared.roots)
+            && self.session().has_get_stream();
+        let mut gather = Gather {
+            window: cfg.mrtr.gather_window,
+            quiet: cfg.mrtr.gather_quiet,
+            first: None,
+            last: None,
+            awaiting_roots: roots_may_lag,
+        };
+        for q in &questions {
+            gather.asked(q.kind);
+        }
         let deadline = tokio::time::Instant::from_std(deadline);
         loop {
-            let gather = async {
-                match gather_until {
+            let due = gather.due();
+            // The round is due and nothing else is waiting to be read: close it now (a timer
+            // would add its own millisecond).
+            if due.is_some_and(|d| d <= tokio::time::Instant::now())
+                && self.backlog.is_empty()
+                && self.inbound.is_empty()
+            {
+                return Ok(Captured::NeedInput(questions));
+            }
+            let gather_timer = async {
+                match due {
                     Some(t) => sleep_until(t).await,
                     None => std::future::pending().await,
                 }
@@ -397,8 +451,8 @@ impl<'g> Run<'g> {
                         Inbound::Message(_, msg) => match jsonrpc::classify(&msg) {
                             MessageKind::Request => {
                                 if let Some(q) = self.on_server_request(call, &msg, mode).await? {
+                                    gather.asked(q.kind);
                                     questions.push(q);
-                                    gather_until.get_or_insert_with(|| tokio::time::Instant::now() + gather_window);
                                 }
                             }
                             MessageKind::Notification => {
@@ -436,7 +490,7 @@ impl<'g> Run<'g> {
                         Inbound::Ended { .. } => {}
                     }
                 }
-                _ = gather => return Ok(Captured::NeedInput(questions)),
+                _ = gather_timer => return Ok(Captured::NeedInput(questions)),
                 _ = sleep_until(deadline) => return Err(call_timeout(call)),
             }
         }
@@ -567,5 +621,45 @@ impl<'g> Run<'g> {
             _ => {}
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn gather(awaiting_roots: bool) -> Gather {
+        Gather {
+            window: Duration::from_millis(100),
+            quiet: Duration::from_millis(2),
+            first: None,
+            last: None,
+            awaiting_roots,
+        }
+    }
+
+    #[test]
+    fn a_round_closes_after_the_quiet_period_unless_roots_may_still_come() {
+        let mut g = gather(false);
+        assert!(g.due().is_none(), "no question, no round");
+        g.asked(InputKind::ElicitForm);
+        let first = g.first.unwrap();
+        assert_eq!(g.due(), Some(first + Duration::from_millis(2)));
+
+        let mut g = gather(true);
+        g.asked(InputKind::ElicitForm);
+        let first = g.first.unwrap();
+        assert_eq!(
+            g.due(),
+            Some(first + Duration::from_millis(100)),
+            "waits for a lagging roots/list"
+        );
+        g.asked(InputKind::Roots);
+        let last = g.last.unwrap();
+        assert_eq!(
+            g.due(),
+            Some((last + Duration::from_millis(2)).min(first + Duration::from_millis(100)))
+        );
     }
 }
