@@ -27,6 +27,7 @@ use tokio::process::{Child, Command};
 #[derive(Debug, Clone)]
 pub struct GatewayOptions {
     pub gather_window: String,
+    pub gather_quiet: String,
     pub policy: String,
     pub parking_max_calls: usize,
     pub parking_max_per_principal: usize,
@@ -42,6 +43,7 @@ impl Default for GatewayOptions {
         // The gateway's shipped defaults (config/gateway.toml), so plain runs measure them.
         GatewayOptions {
             gather_window: "100ms".into(),
+            gather_quiet: "2ms".into(),
             policy: "park-then-replay".into(),
             parking_max_calls: 1000,
             parking_max_per_principal: 100,
@@ -84,7 +86,7 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
          [upstream]\nurl = \"{legacy_url}\"\nidle_timeout = \"{idle}\"\n\
          [state]\nttl = \"10m\"\n\
          [[state.keys]]\nid = \"load\"\nsecret = \"{secret}\"\n\
-         [mrtr]\ngather_window = \"{gather}\"\n\
+         [mrtr]\ngather_window = \"{gather}\"\ngather_quiet = \"{quiet}\"\n\
          [parking]\ndefault_policy = \"{policy}\"\nmax_calls = {calls}\nmax_per_principal = {per}\nttl = \"{ttl}\"\n\
          [log]\nlevel = \"warn\"\nformat = \"text\"\n\
          [admin]\naddr = \"127.0.0.1:{admin_port}\"\n\
@@ -93,6 +95,7 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
         idle = o.upstream_idle_timeout,
         secret = random_secret(),
         gather = o.gather_window,
+        quiet = o.gather_quiet,
         policy = o.policy,
         calls = o.parking_max_calls,
         per = o.parking_max_per_principal,

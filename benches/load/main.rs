@@ -54,6 +54,9 @@ struct Args {
     /// The gateway's `mrtr.gather_window` (its default is 100ms).
     #[arg(long, default_value = "100ms")]
     gather_window: String,
+    /// The gateway's `mrtr.gather_quiet` (its default is 2ms; it may not exceed the window).
+    #[arg(long, default_value = "2ms")]
+    gather_quiet: String,
     /// The gateway's `parking.default_policy`: park-then-replay (default) or replay.
     #[arg(long, default_value = "park-then-replay")]
     policy: String,
@@ -107,6 +110,7 @@ async fn run(args: Args) -> Result<(), String> {
     .map_err(|e| format!("legacy server: {e}"))?;
     let mut options = GatewayOptions {
         gather_window: args.gather_window.clone(),
+        gather_quiet: args.gather_quiet.clone(),
         policy: args.policy.clone(),
         prefix: args
             .gateway_prefix
@@ -174,13 +178,14 @@ async fn compare_run(
     }
     let setup = format!(
         "mrtr-load: {} clients; {} rounds of {:?} slices per scenario after {:?} warm-up each; \
-         gateway = child process (release mrtr-gateway serve, gather_window {}, parking {}); \
+         gateway = child process (release mrtr-gateway serve, gather_window {}, gather_quiet {}, parking {}); \
          legacy server and clients in this process; {} CPUs",
         args.clients,
         rounds,
         args.slice,
         args.warmup,
         options.gather_window,
+        options.gather_quiet,
         options.policy,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
@@ -190,6 +195,7 @@ async fn compare_run(
         "slice_s": args.slice.as_secs_f64(),
         "warmup_s": args.warmup.as_secs_f64(),
         "gather_window": options.gather_window,
+        "gather_quiet": options.gather_quiet,
         "parking_policy": options.policy,
         "gateway": "child process: release mrtr-gateway serve",
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
