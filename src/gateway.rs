@@ -11,7 +11,7 @@ use http::{HeaderMap, StatusCode};
 use tokio::sync::mpsc;
 
 use crate::auth::Authenticator;
-use crate::config::Config;
+use crate::config::{Config, PoolMode};
 use crate::discover::DiscoverCache;
 use crate::error::{Fault, Rejection};
 use crate::jsonrpc::codes;
@@ -125,7 +125,7 @@ impl Gateway {
             );
             rt.spawn(pool.clone().run_sweeper(background.clone()));
         }
-        Ok(Arc::new(Gateway {
+        let gateway = Arc::new(Gateway {
             parking,
             pool,
             background,
@@ -144,7 +144,20 @@ impl Gateway {
             metrics,
             instance_id,
             config: ArcSwap::from_pointee(config),
-        }))
+        });
+        if gateway.config().pool.warm_up > 0
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let gw = gateway.clone();
+            let stop = gateway.background.clone();
+            rt.spawn(async move {
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    _ = gw.warm_pool() => {}
+                }
+            });
+        }
+        Ok(gateway)
     }
 
     pub fn auth(&self) -> Arc<Authenticator> {
@@ -259,6 +272,49 @@ impl Gateway {
             self.pool.evict_one().await;
         }
         self.open_session(declared, headers).await
+    }
+
+    /// Opens `pool.warm_up` legacy sessions into the pool (at start), declaring
+    /// `pool.warm_up_capabilities`, under the key an anonymous request with those capabilities
+    /// will look for. Stops at the first failure (the legacy server may still be starting;
+    /// calls then open their own sessions). Returns how many sessions were added.
+    pub async fn warm_pool(&self) -> usize {
+        let cfg = self.config();
+        if cfg.pool.warm_up == 0 || cfg.pool.mode == PoolMode::PerCall {
+            return 0;
+        }
+        let auth = self.auth();
+        let nothing = HeaderMap::new();
+        let declared = &cfg.pool.warm_up_declared;
+        let key = PoolKey {
+            principal: crate::auth::ANONYMOUS.to_string(),
+            capabilities: declared.label(),
+            credential: auth.credential_key(&nothing),
+        };
+        let mut warmed = 0;
+        for _ in 0..cfg.pool.warm_up {
+            match self
+                .open_session(declared, auth.upstream_headers(&nothing))
+                .await
+            {
+                Ok((session, inbound)) => {
+                    self.pool
+                        .checkin(key.clone(), session, inbound, &cfg.pool)
+                        .await;
+                    warmed += 1;
+                }
+                Err(rejection) => {
+                    tracing::warn!(
+                        reason = rejection.reason,
+                        error = %rejection.error.message,
+                        "pool warm-up stopped: could not open a legacy session (calls open their own)"
+                    );
+                    break;
+                }
+            }
+        }
+        tracing::info!(warmed, capabilities = %key.capabilities, "legacy session pool warmed");
+        warmed
     }
 
     /// Gives a session back after a clean completion (pooled, or closed per `pool.mode`).

@@ -241,3 +241,81 @@ async fn idle_sessions_expire() {
     assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 0.0);
     env.stop().await;
 }
+
+#[tokio::test]
+async fn warm_up_opens_sessions_at_start_that_matching_calls_use() {
+    let env = env_with(
+        LegacyServerConfig::default(),
+        handlers(),
+        "",
+        "[pool]\nwarm_up = 2\nwarm_up_capabilities = [\"elicitation\", \"roots\"]\n",
+    )
+    .await;
+    assert!(
+        eventually(Duration::from_secs(5), || metric(
+            &env.gw,
+            "mrtr_gateway_pool_idle_sessions",
+            &[]
+        ) == 2.0)
+        .await,
+        "two sessions were warmed before any request"
+    );
+    assert_eq!(env.legacy.stats().sessions_opened(), 2);
+
+    // A request declaring exactly the warmed set takes a warm session: no new initialize.
+    let warm = env
+        .client()
+        .with_capabilities(json!({"roots": {}, "elicitation": {}}));
+    let sid = text(
+        warm.request("tools/call", json!({"name": "whoami", "arguments": {}}))
+            .await
+            .unwrap()
+            .result()
+            .unwrap(),
+    );
+    assert_eq!(env.legacy.stats().sessions_opened(), 2);
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_pool_checkouts_total",
+            &[("result", "hit")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        env.legacy.session(&sid).unwrap().client_capabilities,
+        json!({"roots": {"listChanged": false}, "elicitation": {"form": {}}}),
+        "the warm session declared the configured capabilities"
+    );
+
+    // Any other set does not match the warm sessions.
+    let other = env.client().with_capabilities(json!({"sampling": {}}));
+    other
+        .request("tools/call", json!({"name": "whoami", "arguments": {}}))
+        .await
+        .unwrap()
+        .result()
+        .unwrap();
+    assert_eq!(env.legacy.stats().sessions_opened(), 3);
+    env.stop().await;
+}
+
+#[test]
+fn warm_up_is_refused_where_its_key_cannot_be_known() {
+    use mrtr_gateway::config::Config;
+    let base =
+        format!("[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n[pool]\nwarm_up = 1\n");
+    let err = |extra: &str| {
+        Config::from_toml_str(&format!("{base}{extra}"), &[], None)
+            .expect_err("refused")
+            .to_string()
+    };
+    assert!(Config::from_toml_str(&base, &[], None).is_ok());
+    assert!(err("mode = \"per-call\"\n").contains("pool.warm_up"));
+    assert!(err("max_idle_per_key = 0\n").contains("pool.warm_up"));
+    assert!(err("warm_up_capabilities = [\"telepathy\"]\n").contains("pool.warm_up_capabilities"));
+    assert!(
+        err("[auth]\nupstream_credentials = \"forward\"\n").contains("pool.warm_up"),
+        "forwarded credentials key the pool"
+    );
+}

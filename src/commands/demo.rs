@@ -143,7 +143,8 @@ pub async fn run() -> Result<(), String> {
         )),
     };
     println!(
-        "legacy tool executions: {} (one per round; the gateway replays the call with the answers so far)",
+        "legacy tool executions: {} (1 when every retry resumed the call parked on this replica; a retry\n  \
+         that lands on another replica replays the call there, one more execution per round)",
         legacy.stats().tool_starts("plan_trip")
     );
     running.stop().await;

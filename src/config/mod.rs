@@ -107,6 +107,9 @@ pub struct PoolConfig {
     pub max_idle_per_key: usize,
     pub max_idle: usize,
     pub idle_timeout: Duration,
+    /// Sessions opened into the pool at start (`pool.warm_up`), declaring `warm_up_declared`.
+    pub warm_up: usize,
+    pub warm_up_declared: crate::legacy::capabilities::Declared,
 }
 
 /// What happens to a blocked legacy call when the gateway returns `input_required`.
@@ -612,9 +615,12 @@ impl Config {
             max_idle_per_key: usize::try_from(raw.pool.max_idle_per_key).unwrap_or(usize::MAX),
             max_idle: usize::try_from(raw.pool.max_idle).unwrap_or(usize::MAX),
             idle_timeout: nonzero_duration("pool.idle_timeout", &raw.pool.idle_timeout)?,
+            warm_up: usize::try_from(raw.pool.warm_up).unwrap_or(usize::MAX),
+            warm_up_declared: warm_up_declared(&raw.pool.warm_up_capabilities)?,
         };
-        let single_use = crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir)?;
         let auth = crate::auth::config::AuthConfig::from_raw(&raw.auth, base_dir)?;
+        check_warm_up(&pool, &auth)?;
+        let single_use = crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir)?;
         let subscriptions = subscriptions_config(&raw.subscriptions)?;
         Ok(Config {
             pool,
@@ -657,6 +663,78 @@ fn redact(raw: &mut RawConfig) {
         {
             *u = parsed.to_string();
         }
+    }
+}
+
+/// The capability set warm sessions declare: names of what a modern client declares.
+fn warm_up_declared(
+    names: &[String],
+) -> Result<crate::legacy::capabilities::Declared, ConfigError> {
+    let mut d = crate::legacy::capabilities::Declared::default();
+    for name in names {
+        match name.as_str() {
+            "roots" => d.roots = true,
+            "sampling" => d.sampling = true,
+            "sampling.tools" => {
+                d.sampling = true;
+                d.sampling_tools = true;
+            }
+            "sampling.context" => {
+                d.sampling = true;
+                d.sampling_context = true;
+            }
+            "elicitation" | "elicitation.form" => d.elicit_form = true,
+            "elicitation.url" => d.elicit_url = true,
+            other => {
+                return Err(ConfigError::new(
+                    "pool.warm_up_capabilities",
+                    format!(
+                        "unknown capability {other:?}; use roots, sampling, sampling.tools, \
+                         sampling.context, elicitation (or elicitation.form), elicitation.url"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(d)
+}
+
+/// Warm sessions are keyed like any pooled session (principal, capabilities, forwarded
+/// credential), so they are only useful where the key is known before any request arrives.
+fn check_warm_up(
+    pool: &PoolConfig,
+    auth: &crate::auth::config::AuthConfig,
+) -> Result<(), ConfigError> {
+    use crate::auth::config::ModeConfig;
+    use crate::auth::upstream_credentials::UpstreamCredentials;
+    if pool.warm_up == 0 {
+        return Ok(());
+    }
+    let why = if pool.mode == PoolMode::PerCall {
+        Some("needs pool.mode = \"pooled\"".to_string())
+    } else if pool.warm_up > pool.max_idle_per_key.min(pool.max_idle) {
+        Some(format!(
+            "must not exceed pool.max_idle_per_key ({}) or pool.max_idle ({})",
+            pool.max_idle_per_key, pool.max_idle
+        ))
+    } else if !matches!(auth.mode, ModeConfig::None) {
+        Some(
+            "needs auth.mode = \"none\": sessions are pooled per principal, unknown before a \
+             request arrives"
+                .to_string(),
+        )
+    } else if matches!(auth.upstream, UpstreamCredentials::Forward) {
+        Some(
+            "cannot be used with auth.upstream_credentials = \"forward\": sessions are pooled \
+             per forwarded credential"
+                .to_string(),
+        )
+    } else {
+        None
+    };
+    match why {
+        Some(message) => Err(ConfigError::new("pool.warm_up", message)),
+        None => Ok(()),
     }
 }
 

@@ -321,6 +321,8 @@ pub struct RawPool {
     pub max_idle_per_key: u64,
     pub max_idle: u64,
     pub idle_timeout: String,
+    pub warm_up: u64,
+    pub warm_up_capabilities: Vec<String>,
 }
 
 impl Default for RawPool {
@@ -330,6 +332,8 @@ impl Default for RawPool {
             max_idle_per_key: 8,
             max_idle: 256,
             idle_timeout: "60s".into(),
+            warm_up: 0,
+            warm_up_capabilities: Vec::new(),
         }
     }
 }

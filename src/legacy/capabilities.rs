@@ -50,17 +50,20 @@ impl Declared {
 
     /// A stable short label of the set, used for pooling keys and metrics.
     pub fn label(&self) -> String {
-        let mut parts = Vec::new();
+        // Every field counts: two requests share a pooled session only when its `initialize`
+        // declared exactly what each of them declares.
+        let mut parts: Vec<&str> = Vec::new();
         if self.roots {
             parts.push("roots");
         }
-        if self.sampling {
-            parts.push(if self.sampling_tools {
-                "sampling+tools"
-            } else {
-                "sampling"
-            });
-        }
+        let sampling = match (self.sampling, self.sampling_tools, self.sampling_context) {
+            (false, _, _) => None,
+            (true, false, false) => Some("sampling"),
+            (true, true, false) => Some("sampling+tools"),
+            (true, false, true) => Some("sampling+context"),
+            (true, true, true) => Some("sampling+tools+context"),
+        };
+        parts.extend(sampling);
         if self.elicit_form {
             parts.push("elicit-form");
         }
@@ -121,6 +124,27 @@ mod tests {
         assert!(d.elicit_form && !d.elicit_url);
         let d = Declared::from_modern(&json!({"elicitation": {"url": {}}}));
         assert!(!d.elicit_form && d.elicit_url);
+    }
+
+    #[test]
+    fn labels_tell_apart_every_set_that_initializes_differently() {
+        let sets = [
+            json!({}),
+            json!({"roots": {}}),
+            json!({"sampling": {}}),
+            json!({"sampling": {"tools": {}}}),
+            json!({"sampling": {"context": {}}}),
+            json!({"sampling": {"tools": {}, "context": {}}}),
+            json!({"elicitation": {}}),
+            json!({"elicitation": {"url": {}}}),
+            json!({"elicitation": {"form": {}, "url": {}}}),
+            json!({"roots": {}, "sampling": {"context": {}}, "elicitation": {}}),
+        ];
+        let labels: std::collections::BTreeSet<String> = sets
+            .iter()
+            .map(|c| Declared::from_modern(c).label())
+            .collect();
+        assert_eq!(labels.len(), sets.len(), "{labels:?}");
     }
 
     #[test]
