@@ -148,14 +148,9 @@ impl Gateway {
         if gateway.config().pool.warm_up > 0
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
+            // Bounded by the upstream timeouts; stops early once the gateway drains.
             let gw = gateway.clone();
-            let stop = gateway.background.clone();
-            rt.spawn(async move {
-                tokio::select! {
-                    _ = stop.cancelled() => {}
-                    _ = gw.warm_pool() => {}
-                }
-            });
+            rt.spawn(async move { gw.warm_pool().await });
         }
         Ok(gateway)
     }
@@ -277,7 +272,9 @@ impl Gateway {
     /// Opens `pool.warm_up` legacy sessions into the pool (at start), declaring
     /// `pool.warm_up_capabilities`, under the key an anonymous request with those capabilities
     /// will look for. Stops at the first failure (the legacy server may still be starting;
-    /// calls then open their own sessions). Returns how many sessions were added.
+    /// calls then open their own sessions) and once the gateway drains (shutdown closes the
+    /// pool; a session opened after that is closed, not pooled). Returns how many sessions
+    /// were added.
     pub async fn warm_pool(&self) -> usize {
         let cfg = self.config();
         if cfg.pool.warm_up == 0 || cfg.pool.mode == PoolMode::PerCall {
@@ -286,17 +283,24 @@ impl Gateway {
         let auth = self.auth();
         let nothing = HeaderMap::new();
         let declared = &cfg.pool.warm_up_declared;
-        let key = PoolKey {
-            principal: crate::auth::ANONYMOUS.to_string(),
-            capabilities: declared.label(),
-            credential: auth.credential_key(&nothing),
-        };
+        let key = PoolKey::new(
+            crate::auth::ANONYMOUS,
+            declared,
+            auth.credential_key(&nothing),
+        );
         let mut warmed = 0;
         for _ in 0..cfg.pool.warm_up {
+            if self.is_draining() {
+                break;
+            }
             match self
                 .open_session(declared, auth.upstream_headers(&nothing))
                 .await
             {
+                Ok((session, _)) if self.is_draining() => {
+                    session.close().await;
+                    break;
+                }
                 Ok((session, inbound)) => {
                     self.pool
                         .checkin(key.clone(), session, inbound, &cfg.pool)

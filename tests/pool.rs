@@ -4,6 +4,7 @@ mod support;
 
 use std::time::Duration;
 
+use mrtr_gateway::client::ModernClient;
 use mrtr_gateway::legacy_server::{Handlers, LegacyServerConfig};
 use serde_json::json;
 use support::*;
@@ -29,6 +30,15 @@ async fn call(env: &Env, name: &str) -> String {
     let r = env
         .client()
         .request("tools/call", json!({"name": name, "arguments": {"m": "x"}}))
+        .await
+        .unwrap();
+    text(r.result().unwrap_or_else(|| panic!("{:?}", r.message)))
+}
+
+/// Calls `whoami` as `client`; returns the legacy session id that served it.
+async fn whoami(client: &ModernClient) -> String {
+    let r = client
+        .request("tools/call", json!({"name": "whoami", "arguments": {}}))
         .await
         .unwrap();
     text(r.result().unwrap_or_else(|| panic!("{:?}", r.message)))
@@ -91,29 +101,10 @@ async fn different_capability_sets_get_different_sessions() {
     let env = env(handlers()).await;
     let none = env.client().with_capabilities(json!({}));
     let elicit = env.client().with_capabilities(json!({"elicitation": {}}));
-    let a = text(
-        none.request("tools/call", json!({"name": "whoami", "arguments": {}}))
-            .await
-            .unwrap()
-            .result()
-            .unwrap(),
-    );
-    let b = text(
-        elicit
-            .request("tools/call", json!({"name": "whoami", "arguments": {}}))
-            .await
-            .unwrap()
-            .result()
-            .unwrap(),
-    );
+    let a = whoami(&none).await;
+    let b = whoami(&elicit).await;
     assert_ne!(a, b);
-    let a2 = text(
-        none.request("tools/call", json!({"name": "whoami", "arguments": {}}))
-            .await
-            .unwrap()
-            .result()
-            .unwrap(),
-    );
+    let a2 = whoami(&none).await;
     assert_eq!(a, a2);
     // The elicitation-capable session declared elicitation; the other did not.
     let caps = |sid: &str| env.legacy.session(sid).unwrap().client_capabilities.clone();
@@ -266,13 +257,7 @@ async fn warm_up_opens_sessions_at_start_that_matching_calls_use() {
     let warm = env
         .client()
         .with_capabilities(json!({"roots": {}, "elicitation": {}}));
-    let sid = text(
-        warm.request("tools/call", json!({"name": "whoami", "arguments": {}}))
-            .await
-            .unwrap()
-            .result()
-            .unwrap(),
-    );
+    let sid = whoami(&warm).await;
     assert_eq!(env.legacy.stats().sessions_opened(), 2);
     assert_eq!(
         metric(
@@ -289,13 +274,7 @@ async fn warm_up_opens_sessions_at_start_that_matching_calls_use() {
     );
 
     // Any other set does not match the warm sessions.
-    let other = env.client().with_capabilities(json!({"sampling": {}}));
-    other
-        .request("tools/call", json!({"name": "whoami", "arguments": {}}))
-        .await
-        .unwrap()
-        .result()
-        .unwrap();
+    whoami(&env.client().with_capabilities(json!({"sampling": {}}))).await;
     assert_eq!(env.legacy.stats().sessions_opened(), 3);
     env.stop().await;
 }
@@ -317,5 +296,10 @@ fn warm_up_is_refused_where_its_key_cannot_be_known() {
     assert!(
         err("[auth]\nupstream_credentials = \"forward\"\n").contains("pool.warm_up"),
         "forwarded credentials key the pool"
+    );
+    assert!(
+        err("[auth]\nmode = \"header\"\n[auth.header]\nname = \"x-user\"\ntrusted_sources = [\"127.0.0.1\"]\n")
+            .contains("pool.warm_up"),
+        "authenticated principals key the pool"
     );
 }

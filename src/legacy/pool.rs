@@ -21,6 +21,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use super::capabilities::Declared;
 use super::session::{Inbound, LegacySession, StreamTag};
 use crate::config::{PoolConfig, PoolMode};
 use crate::jsonrpc::{self, MessageKind};
@@ -33,6 +34,17 @@ pub struct PoolKey {
     pub capabilities: String,
     /// A digest of the credential forwarded upstream ("" when none is).
     pub credential: String,
+}
+
+impl PoolKey {
+    /// The key a request of `principal` declaring `declared` and forwarding `credential` uses.
+    pub fn new(principal: &str, declared: &Declared, credential: String) -> PoolKey {
+        PoolKey {
+            principal: principal.to_string(),
+            capabilities: declared.label(),
+            credential,
+        }
+    }
 }
 
 struct Idle {

@@ -221,11 +221,7 @@ impl<'g> Run<'g> {
         declared: &Declared,
     ) -> Result<Run<'g>, StartError> {
         let params = legacy_params(&call.params);
-        let pool_key = PoolKey {
-            principal: call.principal.clone(),
-            capabilities: declared.label(),
-            credential: call.credential.clone(),
-        };
+        let pool_key = PoolKey::new(&call.principal, declared, call.credential.clone());
         for attempt in 0..2 {
             // A warm session first; after a 404, always a fresh one.
             let opened = if attempt == 0 {
