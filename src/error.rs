@@ -180,6 +180,20 @@ impl Rejection {
         )
     }
 
+    /// The legacy server ended the call needing something the gateway's policy will not show
+    /// the client (a URL elicitation of a legacy -32042 error): like the legacy server's own
+    /// errors, a JSON-RPC error over HTTP 200, naming only the policy's reason.
+    pub fn policy_refused(message: impl Into<String>, policy_reason: &'static str) -> Self {
+        Self::new(
+            StatusCode::OK,
+            codes::INTERNAL_ERROR,
+            message,
+            Fault::Upstream,
+            "policy_refused",
+        )
+        .with_data(json!({"policyReason": policy_reason}))
+    }
+
     pub fn unavailable(message: impl Into<String>, reason: &'static str) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,

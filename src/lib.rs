@@ -17,6 +17,7 @@ pub mod legacy;
 pub mod legacy_server;
 pub mod metrics;
 pub mod mrtr;
+pub mod policy;
 pub mod protocol;
 pub mod reload;
 pub mod single_use;

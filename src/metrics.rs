@@ -40,6 +40,8 @@ pub struct Metrics {
     pub listen_streams: IntGauge,
     /// Requests of legacy clients passed through to the legacy server (dual-era front).
     pub legacy_passthrough: IntCounterVec,
+    /// The policy stage's refusals and rewrites (`crate::policy`).
+    pub policy: crate::policy::PolicyMetrics,
 }
 
 /// Bounds a method label to the names the gateway knows.
@@ -219,7 +221,10 @@ impl Metrics {
         registry
             .register(Box::new(legacy_sessions_opened.clone()))
             .expect("unique metric");
+        let policy =
+            crate::policy::PolicyMetrics::register(&registry).expect("unique policy metrics");
         Metrics {
+            policy,
             registry,
             requests,
             rejections,

@@ -10,6 +10,7 @@
 //! Every error is a [`ConfigError`] naming the file key (and the variable, when the value came
 //! from the environment); the binary turns it into exit status 64.
 
+pub mod call_rule;
 mod duration;
 pub mod env;
 pub mod raw;
@@ -80,6 +81,8 @@ pub struct Config {
     pub single_use: crate::single_use::SingleUseConfig,
     pub auth: crate::auth::config::AuthConfig,
     pub subscriptions: SubscriptionsConfig,
+    /// What a legacy server may ask the client (`[policy]`).
+    pub policy: crate::policy::PolicyConfig,
 }
 
 /// `subscriptions/listen` streams.
@@ -144,10 +147,16 @@ pub struct ParkingConfig {
 impl ParkingConfig {
     /// The policy for a call (`name` is the tool / prompt name or the resource URI).
     pub fn policy_for(&self, method: &str, name: Option<&str>) -> ParkPolicy {
-        self.rules
-            .iter()
-            .find(|r| r.method == method && (r.name.is_none() || r.name.as_deref() == name))
-            .map_or(self.default_policy, |r| r.policy)
+        call_rule::first_match(&self.rules, method, name).map_or(self.default_policy, |r| r.policy)
+    }
+}
+
+impl call_rule::CallRule for ParkingRule {
+    fn method(&self) -> &str {
+        &self.method
+    }
+    fn name(&self) -> Option<&str> {
+        self.name.as_deref()
     }
 }
 
@@ -366,7 +375,10 @@ impl Config {
             })?;
         Self::from_raw(raw, base_dir).map_err(|mut e| {
             if e.env_var.is_none() {
-                e.env_var = origins.var_for(&e.key);
+                // An array element (`policy.url.allow_hosts[1]`) came from the variable that
+                // set the whole array.
+                let whole = e.key.split_once('[').map_or(e.key.as_str(), |(k, _)| k);
+                e.env_var = origins.var_for(&e.key).or_else(|| origins.var_for(whole));
             }
             e
         })
@@ -622,7 +634,9 @@ impl Config {
         check_warm_up(&pool, &auth)?;
         let single_use = crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir)?;
         let subscriptions = subscriptions_config(&raw.subscriptions)?;
+        let policy = crate::policy::PolicyConfig::from_raw(&raw.policy)?;
         Ok(Config {
+            policy,
             pool,
             subscriptions,
             parking,

@@ -43,6 +43,8 @@ pub struct RawConfig {
     pub auth: crate::auth::config::RawAuth,
     #[serde(default)]
     pub subscriptions: RawSubscriptions,
+    #[serde(default)]
+    pub policy: crate::policy::config::RawPolicy,
 }
 
 #[derive(Debug, Deserialize, serde::Serialize)]

@@ -355,7 +355,11 @@ async fn execute(
         }
         Ok(Captured::Final(msg)) if url_required::url_elicitations(&msg).is_some() => {
             let list = url_required::url_elicitations(&msg).unwrap_or_default();
-            match url_required::questions(call, list, &mut minter, &declared, &book) {
+            let stage = crate::policy::Stage {
+                policy: &cfg.policy,
+                metrics: &gw.metrics.policy,
+            };
+            match url_required::questions(call, list, &mut minter, &declared, &book, &stage) {
                 Ok(q) => (q, false),
                 Err(rej) => {
                     run.finish().await;
@@ -372,7 +376,7 @@ async fn execute(
                     cfg.caching.read
                 }
             });
-            return final_result(msg, call, &server_info, hint);
+            return final_result(gw, msg, call, &server_info, hint);
         }
         Ok(Captured::NeedInput(questions)) => (questions, true),
     };
@@ -528,7 +532,7 @@ pub async fn serve_forward(
             run.finish().await;
             let hint =
                 crate::protocol::methods::is_cacheable(&call.method).then_some(cfg.caching.list);
-            final_result(msg, call, &server_info, hint)
+            final_result(gw, msg, call, &server_info, hint)
         }
         Ok(Captured::NeedInput(_)) => unreachable!("forward mode collects no questions"),
         Err(rej) => {
@@ -539,13 +543,29 @@ pub async fn serve_forward(
 }
 
 fn final_result(
+    gw: &Gateway,
     msg: Value,
     call: &Call,
     server_info: &Value,
     hint: Option<crate::config::CacheHint>,
 ) -> Result<Value, Rejection> {
     if let Some(result) = msg.get("result") {
-        return Ok(translate::complete(result.clone(), server_info, hint));
+        let (result, dropped) = translate::from_legacy(result.clone(), server_info, hint);
+        if !dropped.is_empty() {
+            for field in &dropped {
+                gw.metrics
+                    .policy
+                    .result_fields_dropped
+                    .with_label_values(&[field])
+                    .inc();
+            }
+            tracing::warn!(
+                call = %call.describe(),
+                fields = ?dropped,
+                "dropped members of a legacy result that only the gateway may set"
+            );
+        }
+        return Ok(result);
     }
     let err = msg.get("error").cloned().unwrap_or_else(|| json!({}));
     let mapped = translate::map_legacy_error(&err, &call.params);

@@ -68,7 +68,9 @@ pub fn to_input_request(
     let mut elicitation_id = None;
     match kind {
         InputKind::ElicitForm => {
-            p.insert("mode".into(), Value::from("form"));
+            // A 2025-06-18 elicitation has no mode: it is a form. Any other mode is left for
+            // the policy stage to refuse.
+            p.entry("mode").or_insert_with(|| Value::from("form"));
         }
         InputKind::ElicitUrl => {
             elicitation_id = p

@@ -28,6 +28,7 @@ use crate::legacy::http::HttpError;
 use crate::legacy::pool::PoolKey;
 use crate::legacy::session::{Inbound, LegacySession, SessionError, StreamTag};
 use crate::metrics::method_label;
+use crate::policy::Stage;
 use crate::protocol::meta::{RequestMeta, log_level_rank};
 use crate::state::InputKind;
 
@@ -538,6 +539,21 @@ impl<'g> Run<'g> {
             self.answer(&id, Err(refusal)).await?;
             return Ok(None);
         };
+        // The policy stage first: a question it refuses is never shown, so the client needs no
+        // capability for it and the call goes on with the legacy server's next step.
+        let (request, elicitation_id) = to_input_request(method, params, kind);
+        let cfg = self.gw.config();
+        let stage = Stage {
+            policy: &cfg.policy,
+            metrics: &self.gw.metrics.policy,
+        };
+        let request = match stage.review(&call.method, call.target(), kind, request) {
+            Ok(request) => request,
+            Err(refusal) => {
+                self.answer(&id, refusal.legacy_answer()).await?;
+                return Ok(None);
+            }
+        };
         if let Some(required) = missing_capability(kind, params, declared) {
             let refusal = ErrorObject::new(
                 codes::INVALID_PARAMS,
@@ -571,7 +587,6 @@ impl<'g> Run<'g> {
                  (a timestamp, counter or id?); replay cannot converge until its questions are deterministic"
             );
         }
-        let (request, elicitation_id) = to_input_request(method, params, kind);
         Ok(Some(Question {
             key,
             kind,

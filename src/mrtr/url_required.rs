@@ -18,6 +18,7 @@ use super::shape::shape;
 use crate::error::Rejection;
 use crate::jsonrpc::codes;
 use crate::legacy::capabilities::Declared;
+use crate::policy::Stage;
 use crate::state::InputKind;
 
 /// The URL elicitations of a legacy -32042 error response, if `msg` is one.
@@ -35,13 +36,16 @@ pub fn url_elicitations(msg: &Value) -> Option<Vec<Value>> {
     (!items.is_empty()).then_some(items)
 }
 
-/// Questions for the client, one per URL elicitation.
+/// Questions for the client, one per URL elicitation. Each passes the policy stage first; the
+/// server needs every one of them, so one refused ends the call with an error (which names the
+/// policy's reason, never the URL).
 pub fn questions(
     call: &Call,
     elicitations: Vec<Value>,
     minter: &mut KeyMinter,
     declared: &Declared,
     book: &AnswerBook,
+    stage: &Stage<'_>,
 ) -> Result<Vec<Question>, Rejection> {
     let mut out = Vec::with_capacity(elicitations.len());
     for e in elicitations {
@@ -49,6 +53,20 @@ pub fn questions(
         params.insert("mode".into(), json!("url"));
         let params = Value::Object(params);
         let method = "elicitation/create";
+        let (request, elicitation_id) =
+            to_input_request(method, Some(&params), InputKind::ElicitUrl);
+        let request = stage
+            .review(&call.method, call.target(), InputKind::ElicitUrl, request)
+            .map_err(|refusal| {
+                Rejection::policy_refused(
+                    format!(
+                        "{} needs the user to open a URL that the gateway's policy refuses ({})",
+                        call.describe(),
+                        refusal.detail
+                    ),
+                    refusal.reason.as_str(),
+                )
+            })?;
         if let Some(required) = missing_capability(InputKind::ElicitUrl, Some(&params), declared) {
             return Err(Rejection::missing_capability(
                 required,
@@ -67,8 +85,6 @@ pub fn questions(
                 "url_elicitation_declined",
             ));
         }
-        let (request, elicitation_id) =
-            to_input_request(method, Some(&params), InputKind::ElicitUrl);
         out.push(Question {
             key,
             kind: InputKind::ElicitUrl,

@@ -1,0 +1,50 @@
+//! The policy stage's metrics (names without the registry's `mrtr_gateway_` prefix; every
+//! label value is one of the fixed strings of [`super::RefusalReason`], [`super::kind_label`]
+//! and [`crate::translate::GATEWAY_RESULT_FIELDS`]).
+
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+
+#[derive(Clone)]
+pub struct PolicyMetrics {
+    /// `policy_refusals_total{kind, reason}`: questions held back from the client.
+    pub refusals: IntCounterVec,
+    /// `policy_max_tokens_clamped_total`: sampling requests whose `maxTokens` was lowered.
+    pub max_tokens_clamped: IntCounter,
+    /// `legacy_result_fields_dropped_total{field}`: members of a legacy result that only the
+    /// gateway may set, dropped.
+    pub result_fields_dropped: IntCounterVec,
+}
+
+impl PolicyMetrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub fn register(registry: &Registry) -> prometheus::Result<PolicyMetrics> {
+        let refusals = IntCounterVec::new(
+            Opts::new(
+                "policy_refusals_total",
+                "Questions of the legacy server held back from the client by the policy stage, \
+                 by kind (elicitation_form, elicitation_url, sampling, roots) and reason.",
+            ),
+            &["kind", "reason"],
+        )?;
+        let max_tokens_clamped = IntCounter::new(
+            "policy_max_tokens_clamped_total",
+            "Sampling requests whose maxTokens was lowered to policy.sampling.max_tokens.",
+        )?;
+        let result_fields_dropped = IntCounterVec::new(
+            Opts::new(
+                "legacy_result_fields_dropped_total",
+                "Members of legacy results that only the gateway may set (resultType, \
+                 inputRequests, requestState, ttlMs, cacheScope), dropped, by field.",
+            ),
+            &["field"],
+        )?;
+        registry.register(Box::new(refusals.clone()))?;
+        registry.register(Box::new(max_tokens_clamped.clone()))?;
+        registry.register(Box::new(result_fields_dropped.clone()))?;
+        Ok(PolicyMetrics {
+            refusals,
+            max_tokens_clamped,
+            result_fields_dropped,
+        })
+    }
+}

@@ -1,0 +1,526 @@
+//! Which URLs a client may be asked to open (URL-mode elicitation).
+//!
+//! A pure classifier: [`check`] reads the URL the way a browser does (the WHATWG URL parser
+//! of the `url` crate) and says whether it passes the policy, or why not. Nothing is resolved
+//! or fetched: the client opens the URL, and a public name can point anywhere in DNS, so the
+//! checks below only stop what is recognisably unsafe *in the URL itself*; an allow-list of
+//! hosts is the control that holds against DNS.
+//!
+//! In order, a URL is refused when it:
+//! 1. is longer than `max_length` bytes, or contains a control character (C0, DEL, C1) or a
+//!    bidirectional-override character anywhere, or leading/trailing whitespace (a browser
+//!    strips or ignores some of these, so what the user reads is not what opens);
+//! 2. does not parse, or has no host;
+//! 3. is not `https` (`http` only with `allow_http`);
+//! 4. carries userinfo (`https://user:pass@host/`: credentials, or a host-spoofing prefix);
+//! 5. writes its host with percent-escapes (`https://%6c%6f%63%61%6c%68%6f%73%74/`): no real
+//!    URL needs them and clients disagree on decoding them;
+//! 6. names `localhost` or a `*.localhost` host (any case, with or without a trailing dot);
+//! 7. is an IP literal outside public unicast space: IPv4 in any form a browser accepts
+//!    (`2130706433`, `0x7f000001`, `0177.0.0.1`, `127.1` all parse to 127.0.0.1), IPv6, and
+//!    IPv6 forms that embed an IPv4 address (mapped `::ffff:a.b.c.d`, NAT64 `64:ff9b::/96`,
+//!    6to4 `2002::/16`), which are judged by that address;
+//! 8. matches `deny_hosts`, or `allow_hosts` is non-empty and the host matches none of it.
+//!
+//! Host names are compared in the form the parser yields: lower case, internationalised
+//! names in their ASCII (punycode) form, one trailing dot ignored. A look-alike name in
+//! another script therefore never matches an ASCII allow-list entry.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::{Ipv4Net, Ipv6Net};
+use url::{Host, Url};
+
+use super::host_pattern::{HostPattern, normalize_host};
+
+/// The URL section of the policy, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UrlPolicy {
+    /// Non-empty: only hosts matching one of these pass.
+    pub allow_hosts: Vec<HostPattern>,
+    /// Hosts that never pass.
+    pub deny_hosts: Vec<HostPattern>,
+    /// Whether plain `http` URLs pass.
+    pub allow_http: bool,
+    /// Longest URL accepted, bytes.
+    pub max_length: usize,
+}
+
+impl Default for UrlPolicy {
+    fn default() -> Self {
+        UrlPolicy {
+            allow_hosts: Vec::new(),
+            deny_hosts: Vec::new(),
+            allow_http: false,
+            max_length: 2048,
+        }
+    }
+}
+
+/// Why a URL was refused; `reason()` is the metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UrlRefusal {
+    TooLong,
+    ControlCharacters,
+    Invalid,
+    Scheme,
+    Userinfo,
+    EncodedHost,
+    Localhost,
+    NonPublicAddress(&'static str),
+    HostDenied,
+    HostNotAllowed,
+}
+
+impl UrlRefusal {
+    pub fn reason(self) -> &'static str {
+        match self {
+            UrlRefusal::TooLong => "url_too_long",
+            UrlRefusal::ControlCharacters => "url_control_characters",
+            UrlRefusal::Invalid => "url_invalid",
+            UrlRefusal::Scheme => "url_scheme",
+            UrlRefusal::Userinfo => "url_userinfo",
+            UrlRefusal::EncodedHost => "url_encoded_host",
+            UrlRefusal::Localhost => "url_localhost",
+            UrlRefusal::NonPublicAddress(_) => "url_non_public_address",
+            UrlRefusal::HostDenied => "url_host_denied",
+            UrlRefusal::HostNotAllowed => "url_host_not_allowed",
+        }
+    }
+
+    /// A sentence for operators (logs), naming the rule that refused the URL.
+    pub fn describe(self, policy: &UrlPolicy) -> String {
+        match self {
+            UrlRefusal::TooLong => format!(
+                "the URL is longer than policy.url.max_length ({} bytes)",
+                policy.max_length
+            ),
+            UrlRefusal::ControlCharacters => {
+                "the URL contains control, bidi-override or surrounding whitespace characters"
+                    .into()
+            }
+            UrlRefusal::Invalid => "the URL does not parse or has no host".into(),
+            UrlRefusal::Scheme if policy.allow_http => "only http and https URLs pass".into(),
+            UrlRefusal::Scheme => {
+                "only https URLs pass (http needs policy.url.allow_http = true)".into()
+            }
+            UrlRefusal::Userinfo => "the URL carries a user name or password".into(),
+            UrlRefusal::EncodedHost => "the URL's host is written with percent-escapes".into(),
+            UrlRefusal::Localhost => "the URL names localhost".into(),
+            UrlRefusal::NonPublicAddress(range) => {
+                format!("the URL's host is an IP address in a non-public range ({range})")
+            }
+            UrlRefusal::HostDenied => "the host matches policy.url.deny_hosts".into(),
+            UrlRefusal::HostNotAllowed => "the host is not in policy.url.allow_hosts".into(),
+        }
+    }
+}
+
+/// What of a URL may be logged: its scheme and host, never its path or query (they can carry
+/// tokens).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UrlOrigin {
+    pub scheme: String,
+    pub host: String,
+}
+
+/// A refused URL, with its scheme and host when it parsed far enough to have them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub refusal: UrlRefusal,
+    pub origin: Option<UrlOrigin>,
+}
+
+/// Checks `raw` against `policy`; on success returns what may be logged of it.
+pub fn check(raw: &str, policy: &UrlPolicy) -> Result<UrlOrigin, Refused> {
+    let refuse = |refusal, origin| Err(Refused { refusal, origin });
+    if raw.len() > policy.max_length {
+        return refuse(UrlRefusal::TooLong, None);
+    }
+    if raw.chars().any(is_deceptive_char) || raw.trim() != raw {
+        return refuse(UrlRefusal::ControlCharacters, None);
+    }
+    let Ok(url) = Url::parse(raw) else {
+        return refuse(UrlRefusal::Invalid, None);
+    };
+    let origin = UrlOrigin {
+        scheme: url.scheme().to_string(),
+        host: url.host_str().unwrap_or_default().to_string(),
+    };
+    let scheme_ok = match url.scheme() {
+        "https" => true,
+        "http" => policy.allow_http,
+        _ => false,
+    };
+    if !scheme_ok {
+        return refuse(UrlRefusal::Scheme, Some(origin));
+    }
+    let Some(host) = url.host() else {
+        return refuse(UrlRefusal::Invalid, Some(origin));
+    };
+    if !url.username().is_empty() || url.password().is_some() {
+        return refuse(UrlRefusal::Userinfo, Some(origin));
+    }
+    if raw_authority(raw).contains('%') {
+        return refuse(UrlRefusal::EncodedHost, Some(origin));
+    }
+    let name = match host {
+        Host::Domain(d) => {
+            let name = normalize_host(d);
+            if name == "localhost" || name.ends_with(".localhost") {
+                return refuse(UrlRefusal::Localhost, Some(origin));
+            }
+            name
+        }
+        Host::Ipv4(ip) => {
+            if let Some(range) = non_public(IpAddr::V4(ip)) {
+                return refuse(UrlRefusal::NonPublicAddress(range), Some(origin));
+            }
+            ip.to_string()
+        }
+        Host::Ipv6(ip) => {
+            if let Some(range) = non_public(IpAddr::V6(ip)) {
+                return refuse(UrlRefusal::NonPublicAddress(range), Some(origin));
+            }
+            ip.to_string()
+        }
+    };
+    if policy.deny_hosts.iter().any(|p| p.matches(&name)) {
+        return refuse(UrlRefusal::HostDenied, Some(origin));
+    }
+    if !policy.allow_hosts.is_empty() && !policy.allow_hosts.iter().any(|p| p.matches(&name)) {
+        return refuse(UrlRefusal::HostNotAllowed, Some(origin));
+    }
+    Ok(origin)
+}
+
+/// Control characters (C0, DEL, C1) and the bidirectional controls that reorder what is
+/// displayed.
+fn is_deceptive_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// The host (and port) as written: between `scheme://` (and any userinfo) and the path.
+fn raw_authority(raw: &str) -> &str {
+    let Some((_, rest)) = raw.split_once("://") else {
+        return "";
+    };
+    let end = rest.find(['/', '?', '#', '\\']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    authority.rsplit_once('@').map_or(authority, |(_, h)| h)
+}
+
+const V4_RANGES: &[(&str, &str)] = &[
+    ("0.0.0.0/8", "this network / unspecified"),
+    ("10.0.0.0/8", "private"),
+    ("100.64.0.0/10", "shared address space (CGNAT)"),
+    ("127.0.0.0/8", "loopback"),
+    ("169.254.0.0/16", "link-local"),
+    ("172.16.0.0/12", "private"),
+    ("192.0.0.0/24", "IETF protocol assignments"),
+    ("192.0.2.0/24", "documentation"),
+    ("192.88.99.0/24", "6to4 relay anycast"),
+    ("192.168.0.0/16", "private"),
+    ("198.18.0.0/15", "benchmarking"),
+    ("198.51.100.0/24", "documentation"),
+    ("203.0.113.0/24", "documentation"),
+    ("224.0.0.0/4", "multicast"),
+    ("240.0.0.0/4", "reserved / broadcast"),
+];
+
+const V6_RANGES: &[(&str, &str)] = &[
+    ("::/128", "unspecified"),
+    ("::1/128", "loopback"),
+    ("::/96", "IPv4-compatible (deprecated)"),
+    ("64:ff9b:1::/48", "local-use NAT64"),
+    ("100::/64", "discard-only"),
+    ("2001:db8::/32", "documentation"),
+    ("fc00::/7", "unique local (ULA)"),
+    ("fe80::/10", "link-local"),
+    ("fec0::/10", "site-local (deprecated)"),
+    ("ff00::/8", "multicast"),
+];
+
+/// The non-public range `ip` falls in, if any. IPv6 addresses that carry an IPv4 address
+/// (mapped, NAT64, 6to4) are judged by that address.
+pub fn non_public(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => V4_RANGES.iter().find_map(|(net, name)| {
+            let net: Ipv4Net = net.parse().expect("valid IPv4 range");
+            net.contains(&v4).then_some(*name)
+        }),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = embedded_v4(v6) {
+                return non_public(IpAddr::V4(v4));
+            }
+            V6_RANGES.iter().find_map(|(net, name)| {
+                let net: Ipv6Net = net.parse().expect("valid IPv6 range");
+                net.contains(&v6).then_some(*name)
+            })
+        }
+    }
+}
+
+/// The IPv4 address inside an IPv4-mapped (`::ffff:0:0/96`), NAT64 (`64:ff9b::/96`) or
+/// 6to4 (`2002::/16`) address.
+fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    let tail = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    if s[..5] == [0, 0, 0, 0, 0] && s[5] == 0xffff {
+        return Some(tail);
+    }
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return Some(tail);
+    }
+    if s[0] == 0x2002 {
+        return Some(Ipv4Addr::new(
+            (s[1] >> 8) as u8,
+            s[1] as u8,
+            (s[2] >> 8) as u8,
+            s[2] as u8,
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> UrlPolicy {
+        UrlPolicy::default()
+    }
+
+    fn reason(url: &str, p: &UrlPolicy) -> &'static str {
+        match check(url, p) {
+            Ok(_) => "pass",
+            Err(r) => r.refusal.reason(),
+        }
+    }
+
+    #[test]
+    fn default_policy_table() {
+        let p = policy();
+        let table: &[(&str, &str)] = &[
+            // Good URLs, including public IP literals in every family and form.
+            ("https://auth.example.com/authorize?state=abc", "pass"),
+            ("https://AUTH.Example.COM./x", "pass"),
+            ("https://auth.example.com:8443/x", "pass"),
+            ("https://93.184.216.34/", "pass"),
+            ("https://1572395042/", "pass"), // 93.184.216.34 as one decimal number
+            ("https://[2606:4700:4700::1111]/", "pass"),
+            ("https://[::ffff:8.8.8.8]/", "pass"),
+            ("https://[64:ff9b::808:808]/", "pass"),
+            ("https://xn--bcher-kva.example/", "pass"),
+            ("https://bücher.example/", "pass"),
+            // Schemes.
+            ("javascript:alert(document.cookie)", "url_scheme"),
+            ("JavaScript://%0aalert(1)", "url_scheme"),
+            ("file:///etc/passwd", "url_scheme"),
+            ("file://server/share", "url_scheme"),
+            ("data:text/html,<script>alert(1)</script>", "url_scheme"),
+            ("http://auth.example.com/", "url_scheme"),
+            ("ftp://example.com/", "url_scheme"),
+            ("ws://example.com/", "url_scheme"),
+            // Userinfo.
+            ("https://user:pass@example.com/", "url_userinfo"),
+            ("https://user@example.com/", "url_userinfo"),
+            ("https://:pass@example.com/", "url_userinfo"),
+            ("https://example.com@evil.example/", "url_userinfo"),
+            // Control characters, bidi controls, surrounding whitespace, length.
+            ("https://exa\tmple.com/", "url_control_characters"),
+            ("https://example.com/\n", "url_control_characters"),
+            (" https://example.com/", "url_control_characters"),
+            ("https://example.com/\u{7f}", "url_control_characters"),
+            ("https://example.com/\u{85}", "url_control_characters"),
+            (
+                "https://example.com/\u{202e}gpj.exe",
+                "url_control_characters",
+            ),
+            ("https://example.com/\0", "url_control_characters"),
+            // Unparseable or hostless.
+            ("not a url", "url_invalid"),
+            ("https://", "url_invalid"),
+            ("https://[::1/", "url_invalid"),
+            ("https://1.2.3.4.5/", "url_invalid"),
+            // Percent-encoded hosts.
+            ("https://%6c%6f%63%61%6c%68%6f%73%74/", "url_encoded_host"),
+            ("https://exa%6dple.com/", "url_encoded_host"),
+            // localhost.
+            ("https://localhost:8443/", "url_localhost"),
+            ("https://LOCALHOST/", "url_localhost"),
+            ("https://localhost./", "url_localhost"),
+            ("https://app.localhost/", "url_localhost"),
+            ("https://App.LocalHost./", "url_localhost"),
+            // IPv4 in every form a browser accepts.
+            ("https://127.0.0.1/admin", "url_non_public_address"),
+            ("https://127.0.0.1./", "url_non_public_address"),
+            ("https://2130706433/", "url_non_public_address"),
+            ("https://0x7f000001/", "url_non_public_address"),
+            ("https://0X7F.0.0.1/", "url_non_public_address"),
+            ("https://0177.0.0.1/", "url_non_public_address"),
+            ("https://0177.1/", "url_non_public_address"),
+            ("https://127.1/", "url_non_public_address"),
+            ("https://127.0.1/", "url_non_public_address"),
+            (
+                "https://169.254.169.254/latest/meta-data/",
+                "url_non_public_address",
+            ),
+            ("https://10.1.2.3/", "url_non_public_address"),
+            ("https://172.16.0.1/", "url_non_public_address"),
+            ("https://172.31.255.255/", "url_non_public_address"),
+            ("https://192.168.1.1/", "url_non_public_address"),
+            ("https://100.64.0.1/", "url_non_public_address"),
+            ("https://100.127.255.255/", "url_non_public_address"),
+            ("https://0.0.0.0/", "url_non_public_address"),
+            ("https://0/", "url_non_public_address"),
+            ("https://224.0.0.1/", "url_non_public_address"),
+            ("https://239.255.255.250/", "url_non_public_address"),
+            ("https://255.255.255.255/", "url_non_public_address"),
+            ("https://198.18.0.1/", "url_non_public_address"),
+            ("https://192.0.2.1/", "url_non_public_address"),
+            // Just outside the ranges: public.
+            ("https://172.32.0.1/", "pass"),
+            ("https://100.128.0.1/", "pass"),
+            ("https://169.255.0.1/", "pass"),
+            ("https://11.0.0.1/", "pass"),
+            ("https://223.255.255.255/", "pass"),
+            // IPv6.
+            ("https://[::1]/", "url_non_public_address"),
+            ("https://[0:0:0:0:0:0:0:1]/", "url_non_public_address"),
+            ("https://[::]/", "url_non_public_address"),
+            ("https://[fc00::1]/", "url_non_public_address"),
+            ("https://[fd12:3456:789a::1]/", "url_non_public_address"),
+            ("https://[fe80::1]/", "url_non_public_address"),
+            ("https://[FEBF::1]/", "url_non_public_address"),
+            ("https://[fec0::1]/", "url_non_public_address"),
+            ("https://[ff02::1]/", "url_non_public_address"),
+            ("https://[2001:db8::1]/", "url_non_public_address"),
+            ("https://[::ffff:127.0.0.1]/", "url_non_public_address"),
+            ("https://[::ffff:7f00:1]/", "url_non_public_address"),
+            (
+                "https://[::ffff:169.254.169.254]/",
+                "url_non_public_address",
+            ),
+            ("https://[::ffff:a00:1]/", "url_non_public_address"),
+            ("https://[::127.0.0.1]/", "url_non_public_address"),
+            ("https://[64:ff9b::7f00:1]/", "url_non_public_address"),
+            ("https://[64:ff9b::a9fe:a9fe]/", "url_non_public_address"),
+            ("https://[2002:7f00:1::1]/", "url_non_public_address"),
+            ("https://[2002:c0a8:101::1]/", "url_non_public_address"),
+            ("https://[2002:808:808::1]/", "pass"),
+            ("https://[fbff::1]/", "pass"),
+        ];
+        let mut wrong = Vec::new();
+        for (url, want) in table {
+            let got = reason(url, &p);
+            if got != *want {
+                wrong.push(format!("{url:?}: want {want}, got {got}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    #[test]
+    fn length_is_counted_in_bytes() {
+        let p = UrlPolicy {
+            max_length: 30,
+            ..policy()
+        };
+        assert_eq!(reason("https://example.com/abcdefghij", &p), "pass"); // 30 bytes
+        assert_eq!(
+            reason("https://example.com/abcdefghijk", &p),
+            "url_too_long"
+        );
+        // 26 characters, 32 bytes.
+        assert_eq!(reason("https://example.com/éééééé", &p), "url_too_long");
+    }
+
+    #[test]
+    fn allow_http_opens_http_only() {
+        let p = UrlPolicy {
+            allow_http: true,
+            ..policy()
+        };
+        assert_eq!(reason("http://auth.example.com/", &p), "pass");
+        assert_eq!(reason("http://127.0.0.1/", &p), "url_non_public_address");
+        assert_eq!(reason("ftp://auth.example.com/", &p), "url_scheme");
+        assert_eq!(reason("javascript://x/%0aalert(1)", &p), "url_scheme");
+    }
+
+    #[test]
+    fn allow_and_deny_lists() {
+        let p = UrlPolicy {
+            allow_hosts: vec![
+                HostPattern::parse("auth.example.com").unwrap(),
+                HostPattern::parse("*.idp.example").unwrap(),
+                HostPattern::parse("BÜCHER.example").unwrap(),
+            ],
+            deny_hosts: vec![HostPattern::parse("bad.idp.example").unwrap()],
+            ..policy()
+        };
+        assert_eq!(
+            reason("https://auth.example.com/authorize?state=abc", &p),
+            "pass"
+        );
+        assert_eq!(reason("https://AUTH.example.com./", &p), "pass");
+        assert_eq!(
+            reason("https://evil.auth.example.com/", &p),
+            "url_host_not_allowed"
+        );
+        assert_eq!(reason("https://example.com/", &p), "url_host_not_allowed");
+        assert_eq!(
+            reason("https://auth.example.com.evil.example/", &p),
+            "url_host_not_allowed"
+        );
+        // A Cyrillic "а" is another host.
+        assert_eq!(
+            reason("https://\u{430}uth.example.com/", &p),
+            "url_host_not_allowed"
+        );
+        assert_eq!(reason("https://login.idp.example/", &p), "pass");
+        assert_eq!(reason("https://a.b.idp.example/", &p), "pass");
+        assert_eq!(reason("https://idp.example/", &p), "url_host_not_allowed");
+        assert_eq!(reason("https://bad.idp.example/", &p), "url_host_denied");
+        assert_eq!(reason("https://xn--bcher-kva.example/", &p), "pass");
+        // Listing a host never re-opens what is refused before the lists.
+        assert_eq!(
+            reason("http://auth.example.com/", &p),
+            "url_scheme",
+            "allow_http stays off"
+        );
+        let p = UrlPolicy {
+            deny_hosts: vec![
+                HostPattern::parse("*.internal").unwrap(),
+                HostPattern::parse("93.184.216.34").unwrap(),
+            ],
+            ..policy()
+        };
+        assert_eq!(reason("https://metadata.internal/", &p), "url_host_denied");
+        assert_eq!(reason("https://1572395042/", &p), "url_host_denied");
+        assert_eq!(reason("https://example.com/", &p), "pass");
+    }
+
+    #[test]
+    fn only_scheme_and_host_are_kept_for_logs() {
+        let ok = check("https://Auth.Example.com/authorize?token=SECRET", &policy()).unwrap();
+        assert_eq!(
+            ok,
+            UrlOrigin {
+                scheme: "https".into(),
+                host: "auth.example.com".into()
+            }
+        );
+        let refused = check("https://0x7f000001/admin?token=SECRET", &policy()).unwrap_err();
+        assert_eq!(refused.origin.unwrap().host, "127.0.0.1");
+        let refused = check("https://[::ffff:7f00:1]/x", &policy()).unwrap_err();
+        assert_eq!(refused.origin.unwrap().host, "[::ffff:7f00:1]");
+        assert_eq!(
+            check("https://exa\nmple.com/?token=SECRET", &policy())
+                .unwrap_err()
+                .origin,
+            None
+        );
+    }
+}
