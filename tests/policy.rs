@@ -274,6 +274,12 @@ async fn malformed_questions_never_reach_the_client() {
             json!({"mode": "wizard", "message": "m"}),
             "elicitation_form",
         ),
+        // An unknown mode with an otherwise valid form is still not a form.
+        (
+            "elicitation/create",
+            json!({"mode": "wizard", "message": "m", "requestedSchema": {"type": "object", "properties": {}}}),
+            "elicitation_form",
+        ),
         (
             "elicitation/create",
             json!({"message": "m", "requestedSchema": {"type": "object", "properties": {

@@ -102,6 +102,12 @@ mod tests {
             json!({"mode":"url","url":"https://x","message":"m"})
         );
         assert_eq!(id.as_deref(), Some("e1"));
+        let odd = json!({"mode":"wizard","message":"m"});
+        let (v, _) = to_input_request("elicitation/create", Some(&odd), InputKind::ElicitForm);
+        assert_eq!(
+            v["params"]["mode"], "wizard",
+            "an unknown mode stays visible to the policy stage"
+        );
         let (v, _) = to_input_request("roots/list", Some(&json!({"_meta":{}})), InputKind::Roots);
         assert_eq!(v, json!({"method":"roots/list"}));
     }
