@@ -26,6 +26,9 @@ pub const METRICS: &[&str] = &[
     "draining",
     "listen_streams",
     "legacy_passthrough_total",
+    "policy_refusals_total",
+    "policy_max_tokens_clamped_total",
+    "legacy_result_fields_dropped_total",
 ];
 
 /// The histograms, whose series also appear as `_bucket`, `_sum` and `_count`.
