@@ -254,6 +254,57 @@ async fn the_issue_policy_caps_sampling_keeps_roots_from_where_and_applies_the_a
     s.stop().await;
 }
 
+/// Rules refuse each kind: a refused form elicitation is declined, a refused sampling
+/// request gets an error naming the gateway's policy; other tools are untouched.
+#[tokio::test]
+async fn rules_refuse_elicitation_and_sampling_per_tool() {
+    let s = start(
+        "[[policy.rules]]\nmethod = \"tools/call\"\nname = \"greet\"\nallow = [\"sampling\"]\n\
+         [[policy.rules]]\nmethod = \"tools/call\"\nname = \"sample_big\"\nallow = [\"elicitation\", \"roots\"]\n",
+    )
+    .await;
+    let ex = s.call("greet", json!({})).await;
+    assert_eq!(complete_text(&ex), "greet: decline");
+    assert_eq!(s.refusals("elicitation_form", "kind_not_allowed"), 1.0);
+
+    let ex = s.call("sample_big", json!({})).await;
+    let text = complete_text(&ex);
+    assert!(
+        text.starts_with("sampling error -1: refused by the gateway's policy"),
+        "{text}"
+    );
+    assert_eq!(s.refusals("sampling", "kind_not_allowed"), 1.0);
+
+    // A tool no rule names may still ask.
+    let ex = s.call("sample_only", json!({})).await;
+    assert_eq!(only_question(&ex)["method"], "sampling/createMessage");
+    s.stop().await;
+}
+
+/// A client that declares roots makes a round wait (up to the gather window) for the
+/// `roots/list` FastMCP sends late on the GET stream. A refused one has still come: the round
+/// must not wait for it. With a window longer than the call timeout, waiting would end the
+/// call with a timeout instead of the round.
+#[tokio::test]
+async fn a_refused_roots_request_does_not_hold_the_round_open() {
+    let legacy = PyLegacyServer::start(&[]).await;
+    let cfg = config(
+        &legacy.url(),
+        "",
+        "",
+        "[mrtr]\ngather_window = \"60s\"\ngather_quiet = \"5ms\"\n\
+         [[policy.rules]]\nmethod = \"tools/call\"\nname = \"where\"\nallow = [\"elicitation\"]\n",
+    );
+    let (_gw, running, url) = start_gateway(cfg).await;
+    let ex = ModernClient::new(&url)
+        .request("tools/call", json!({"name": "where"}))
+        .await
+        .unwrap();
+    assert_eq!(only_question(&ex)["params"]["message"], "Which city?");
+    running.stop().await;
+    legacy.kill().await;
+}
+
 #[tokio::test]
 async fn malformed_questions_never_reach_the_client() {
     let s = start("").await;

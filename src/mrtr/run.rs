@@ -140,6 +140,11 @@ impl Gather {
         }
     }
 
+    /// A `roots/list` came, whatever becomes of it (answered, refused by the policy, asked).
+    fn roots_arrived(&mut self) {
+        self.awaiting_roots = false;
+    }
+
     /// When the round closes, if a question is pending.
     fn due(&self) -> Option<tokio::time::Instant> {
         let first = self.first?;
@@ -447,6 +452,10 @@ impl<'g> Run<'g> {
                     match item {
                         Inbound::Message(_, msg) => match jsonrpc::classify(&msg) {
                             MessageKind::Request => {
+                                if msg.get("method").and_then(Value::as_str) == Some("roots/list") {
+                                    // Answered, refused or asked: the lagging one has come.
+                                    gather.roots_arrived();
+                                }
                                 if let Some(q) = self.on_server_request(call, &msg, mode).await? {
                                     gather.asked(q.kind);
                                     questions.push(q);
@@ -672,5 +681,13 @@ mod tests {
             g.due(),
             Some((last + Duration::from_millis(2)).min(first + Duration::from_millis(100)))
         );
+
+        // A roots/list that never becomes a question (refused by the policy, or answered
+        // from an earlier round) also ends the wait for it.
+        let mut g = gather(true);
+        g.asked(InputKind::ElicitForm);
+        let first = g.first.unwrap();
+        g.roots_arrived();
+        assert_eq!(g.due(), Some(first + Duration::from_millis(2)));
     }
 }
