@@ -12,6 +12,7 @@ pub mod discover;
 pub mod error;
 pub mod front;
 pub mod gateway;
+pub mod inherited_fds;
 pub mod jsonrpc;
 pub mod legacy;
 pub mod legacy_server;

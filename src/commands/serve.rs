@@ -24,6 +24,9 @@ pub async fn run(
     config_path: PathBuf,
     log: Option<LevelHandle>,
 ) -> std::io::Result<()> {
+    // Before any child can be started: descriptors inherited from whoever started the gateway
+    // must not leak into stdio legacy servers.
+    crate::inherited_fds::keep_from_children();
     let gw = Gateway::try_new(config).map_err(std::io::Error::other)?;
     let cfg = gw.config();
     let tls = match &cfg.tls {
