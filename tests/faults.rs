@@ -679,3 +679,107 @@ async fn a_client_that_never_reads_does_not_hold_the_legacy_call_past_call_timeo
     healthy(&env).await;
     env.stop().await;
 }
+
+// ---- client faults on the retry path -------------------------------------------------------
+
+/// A tool that asks twice; the first answer is carried in the state of the second round.
+fn asks_twice() -> Handlers {
+    Handlers::new().tool(
+        "two_questions",
+        "elicits `first`, then `second`",
+        json!({"type": "object"}),
+        |ctx, _| async move {
+            let first = ctx.elicit_form("First?", form("first")).await?;
+            let second = ctx.elicit_form("Second?", form("second")).await?;
+            Ok(tool_text(format!(
+                "{} bytes, then {}",
+                first["content"]["first"].as_str().unwrap_or("").len(),
+                second["content"]["second"].as_str().unwrap_or("?")
+            )))
+        },
+    )
+}
+
+fn only_key(result: &Value) -> String {
+    let requests = result["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    requests.keys().next().unwrap().clone()
+}
+
+/// A 900 KB answer fits the request body (1 MiB) but not the next round's requestState
+/// (`state.max_bytes`, 64 KiB): that is the client's answer being too big, so it is a 413
+/// naming the limit and the answer's key, counted as the client's fault, and so is every
+/// duplicate of it; the gateway stays healthy.
+#[tokio::test]
+async fn an_answer_too_large_for_the_next_state_is_a_client_fault_naming_the_limit_and_key() {
+    let env = fault_env(asks_twice(), SHORT).await;
+    let c = env.client();
+    let round1 = c
+        .request(
+            "tools/call",
+            json!({"name": "two_questions", "arguments": {}}),
+        )
+        .await
+        .unwrap();
+    let first = round1.result().expect("round 1 asks").clone();
+    let key = only_key(&first);
+    let retry = json!({"name": "two_questions", "arguments": {},
+        "requestState": first["requestState"],
+        "inputResponses": {&key: {"action": "accept", "content": {"first": "x".repeat(900_000)}}}});
+    let refused = c.request("tools/call", retry.clone()).await.unwrap();
+    assert_eq!(refused.status.as_u16(), 413, "{:?}", refused.message);
+    assert_eq!(refused.error_code(), Some(-32602));
+    let error = refused.error().unwrap();
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("state.max_bytes (65536)"), "{message}");
+    assert!(
+        message.contains(&format!("inputResponses[{key:?}]")),
+        "{message}"
+    );
+    assert_eq!(error["data"]["limit"], "state.max_bytes");
+    assert_eq!(error["data"]["key"], key.as_str());
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_rejections_total",
+            &[("reason", "input_response_too_large"), ("fault", "client")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_limit_hits_total",
+            &[("limit", "state_max_bytes")]
+        ),
+        1.0
+    );
+    // A duplicate gets the same answer, and it is still the client's fault.
+    let again = c.request("tools/call", retry).await.unwrap();
+    assert_eq!(again.status.as_u16(), 413, "{:?}", again.message);
+    assert_eq!(again.error(), refused.error());
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_rejections_total",
+            &[("reason", "duplicate_of_error"), ("fault", "client")]
+        ),
+        1.0
+    );
+    for fault in ["internal", "upstream"] {
+        assert!(
+            !env.gw
+                .metrics
+                .render()
+                .lines()
+                .any(|l| l.starts_with("mrtr_gateway_rejections_total")
+                    && l.contains(&format!("fault=\"{fault}\""))
+                    && !l.ends_with(" 0")),
+            "a {fault} fault was counted:\n{}",
+            env.gw.metrics.render()
+        );
+    }
+    healthy(&env).await;
+    assert_quiet(&env.gw, &env.legacy).await;
+    env.stop().await;
+}

@@ -29,6 +29,7 @@ use super::answers::AnswerBook;
 use super::input_key::KeyMinter;
 use super::origin;
 use super::run::{Captured, Mode, Question, Run};
+use super::state_size;
 use super::url_required;
 use crate::config::ParkPolicy;
 use crate::error::{Fault, Rejection};
@@ -187,6 +188,10 @@ struct KeptOutcome {
     error: Option<crate::jsonrpc::ErrorObject>,
     #[serde(default)]
     status: u16,
+    /// Whose fault the kept error was (`Fault::as_str`), so its duplicates are counted the
+    /// same way; outcomes kept before this field existed read as upstream faults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fault: Option<String>,
 }
 
 async fn claim_state(gw: &Gateway, prior: &StatePayload, now: u64) -> Result<Claimed, Rejection> {
@@ -211,7 +216,11 @@ async fn claim_state(gw: &Gateway, prior: &StatePayload, now: u64) -> Result<Cla
                 (None, Some(error)) => Err(Rejection {
                     status: StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK),
                     error,
-                    fault: Fault::Upstream,
+                    fault: kept
+                        .fault
+                        .as_deref()
+                        .and_then(Fault::from_label)
+                        .unwrap_or(Fault::Upstream),
                     reason: "duplicate_of_error",
                     headers: Vec::new(),
                 }),
@@ -238,6 +247,7 @@ async fn settle(
                 result: Some(result.clone()),
                 error: None,
                 status: 200,
+                fault: None,
             }),
             // The first presenter went away mid-call: there is no outcome to repeat.
             Err(rej) if rej.reason == "client_cancelled" => None,
@@ -245,6 +255,7 @@ async fn settle(
                 result: None,
                 error: Some(rej.error.clone()),
                 status: rej.status.as_u16(),
+                fault: Some(rej.fault.as_str().to_owned()),
             }),
         };
         let bytes = kept.map(|k| serde_json::to_vec(&k).expect("outcomes serialize"));
@@ -471,14 +482,11 @@ async fn execute(
                 .limit_hits
                 .with_label_values(&["state_max_bytes"])
                 .inc();
-            return Err(Rejection::internal(
-                format!(
-                    "cannot continue {}: its requestState would be {} bytes, above state.max_bytes ({})",
-                    call.describe(),
-                    e.size,
-                    e.limit
-                ),
-                "state_too_large",
+            return Err(state_size::rejection(
+                &gw.codec,
+                &call.describe(),
+                &payload,
+                e,
             ));
         }
     };

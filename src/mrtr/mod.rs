@@ -9,4 +9,5 @@ pub mod origin;
 pub mod parking;
 pub mod run;
 pub mod shape;
+pub mod state_size;
 pub mod url_required;
