@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod auth;
 pub mod client;
+pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod discover;

@@ -783,3 +783,106 @@ async fn an_answer_too_large_for_the_next_state_is_a_client_fault_naming_the_lim
     assert_quiet(&env.gw, &env.legacy).await;
     env.stop().await;
 }
+
+/// A tool that asks for confirmation, reports progress, works for a while, then answers.
+fn confirm_then_work() -> Handlers {
+    Handlers::new().tool(
+        "transfer",
+        "asks, then works",
+        json!({"type": "object"}),
+        |ctx, _| async move {
+            let ok = ctx.elicit_form("Transfer?", form("confirm")).await?;
+            ctx.progress(1.0, Some(2.0), Some("working"));
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            Ok(tool_text(format!(
+                "transferred ({})",
+                ok["content"]["confirm"].as_str().unwrap_or("?")
+            )))
+        },
+    )
+}
+
+/// The client's connection drops in the middle of a retry that carried its answers (after
+/// the first progress event). The claimed state is spent, so the call is not cancelled: it
+/// finishes (the tool body runs once, nothing is cancelled upstream), and presenting the same
+/// state again gets its result — "in progress" meanwhile, never "already used".
+#[tokio::test]
+async fn a_client_that_drops_during_a_retry_gets_its_result_on_the_next_presentation() {
+    let env = fault_env(confirm_then_work(), SHORT).await;
+    let c = env.client();
+    let meta = json!({"progressToken": "t"});
+    let round1 = c
+        .request(
+            "tools/call",
+            json!({"name": "transfer", "arguments": {}, "_meta": meta}),
+        )
+        .await
+        .unwrap();
+    let first = round1.result().expect("round 1 asks").clone();
+    let key = only_key(&first);
+    let retry = json!({"name": "transfer", "arguments": {}, "_meta": meta,
+        "requestState": first["requestState"],
+        "inputResponses": {&key: {"action": "accept", "content": {"confirm": "yes"}}}});
+
+    // The retry, sent by hand so that the connection can be dropped mid-stream.
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": c.params_with_meta(retry.clone())});
+    let raw = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = Request::post(&env.url)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    req.headers_mut()
+        .extend(ModernClient::routing_headers(&body));
+    let resp = raw.request(req).await.unwrap();
+    assert_eq!(resp.headers()[header::CONTENT_TYPE], "text/event-stream");
+    let mut stream = resp.into_body();
+    let progress = stream.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(
+        String::from_utf8_lossy(&progress).contains("notifications/progress"),
+        "{progress:?}"
+    );
+    drop(stream);
+    drop(raw);
+
+    // Presented again: "in progress" while the call finishes, then its result.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let result = loop {
+        let ex = c.request("tools/call", retry.clone()).await.unwrap();
+        if let Some(r) = ex.result() {
+            break r.clone();
+        }
+        assert_eq!(
+            (ex.status.as_u16(), ex.error_code()),
+            (409, Some(-32603)),
+            "only 'in progress' may come before the result: {:?}",
+            ex.message
+        );
+        assert!(Instant::now() < deadline, "no result after 5 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(text(&result), "transferred (yes)");
+    let stats = env.legacy.stats();
+    assert_eq!(
+        stats.tool_starts("transfer"),
+        1,
+        "resumed, never re-executed"
+    );
+    assert_eq!(stats.tool_finishes("transfer"), 1);
+    assert!(
+        stats.cancellations().is_empty(),
+        "the claimed call was cancelled upstream: {:?}",
+        stats.cancellations()
+    );
+    assert_eq!(
+        metric(&env.gw, "mrtr_gateway_single_use_detached_runs_total", &[]),
+        1.0
+    );
+    // The result is kept: later presentations get it too.
+    let again = c.request("tools/call", retry).await.unwrap();
+    assert_eq!(again.result(), Some(&result));
+    healthy(&env).await;
+    assert_quiet(&env.gw, &env.legacy).await;
+    env.stop().await;
+}

@@ -51,6 +51,9 @@ pub async fn run(
         instance_id = %gw.instance_id,
         "mrtr-gateway listening"
     );
+    if gw.single_use().per_replica() {
+        crate::single_use::warn_per_replica();
+    }
     let example = crate::config::decode_secret(crate::config::EXAMPLE_SECRET).ok();
     for k in &cfg.state.keys {
         if Some(k.secret) == example {
