@@ -886,3 +886,38 @@ async fn a_client_that_drops_during_a_retry_gets_its_result_on_the_next_presenta
     assert_quiet(&env.gw, &env.legacy).await;
     env.stop().await;
 }
+
+/// The legacy server's own JSON-RPC errors are passed on; the ones that say the request was
+/// wrong (an unknown tool: -32602) are counted as the client's fault, the others (an internal
+/// error in a tool) as the upstream's.
+#[tokio::test]
+async fn legacy_errors_about_the_request_count_as_client_faults() {
+    let h = Handlers::new().tool(
+        "broken",
+        "fails inside",
+        json!({"type": "object"}),
+        |_, _| async move {
+            Err(mrtr_gateway::legacy_server::RpcError::internal(
+                "the database is down",
+            ))
+        },
+    );
+    let env = fault_env(h, SHORT).await;
+    let unknown = call(&env, "no_such_tool", json!({"arguments": {}})).await;
+    assert_eq!(unknown.error_code(), Some(-32602), "{:?}", unknown.message);
+    let broken = call(&env, "broken", json!({"arguments": {}})).await;
+    assert_eq!(broken.error_code(), Some(-32603), "{:?}", broken.message);
+    for fault in ["client", "upstream"] {
+        assert_eq!(
+            metric(
+                &env.gw,
+                "mrtr_gateway_rejections_total",
+                &[("reason", "legacy_error"), ("fault", fault)]
+            ),
+            1.0,
+            "{fault}"
+        );
+    }
+    healthy(&env).await;
+    env.stop().await;
+}

@@ -474,8 +474,8 @@ fn final_result(
     };
     Err(Rejection {
         status,
+        fault: translate::legacy_error_fault(&mapped),
         error: mapped,
-        fault: Fault::Upstream,
         reason: "legacy_error",
         headers: Vec::new(),
     })
