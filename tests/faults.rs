@@ -848,11 +848,14 @@ async fn a_client_that_drops_during_a_retry_gets_its_result_on_the_next_presenta
 
     // Presented again: "in progress" while the call finishes, then its result.
     let deadline = Instant::now() + Duration::from_secs(5);
+    let mut waits = 0;
     let result = loop {
         let ex = c.request("tools/call", retry.clone()).await.unwrap();
         if let Some(r) = ex.result() {
+            eprintln!("re-presented: {waits} x 409 in progress, then the result");
             break r.clone();
         }
+        waits += 1;
         assert_eq!(
             (ex.status.as_u16(), ex.error_code()),
             (409, Some(-32603)),

@@ -823,6 +823,10 @@ async fn present_until_done(url: &str, params: &Value, limit: Duration) -> Value
             .await
             .unwrap();
         if let Some(result) = ex.result() {
+            eprintln!(
+                "presented {} times: {answers:?} then the result",
+                answers.len() + 1
+            );
             return result.clone();
         }
         let status = ex.status.as_u16();
@@ -928,6 +932,11 @@ async fn a_claim_outlives_the_state_on_a_replica_whose_clock_is_behind() {
         legacy.stats().tool_finishes("pay"),
         executions,
         "the tool ran again on the replica whose clock is behind"
+    );
+    eprintln!(
+        "skew: state exp {}, duplicate on B (2 s behind) at exp + 3.5 s: A's outcome; executions {}",
+        payload.exp,
+        legacy.stats().tool_finishes("pay")
     );
     a_running.stop().await;
     b_running.stop().await;
