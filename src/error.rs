@@ -29,6 +29,13 @@ impl Fault {
             Fault::Internal => "internal",
         }
     }
+
+    /// The fault named by [`Fault::as_str`]'s label.
+    pub fn from_label(label: &str) -> Option<Fault> {
+        [Fault::Client, Fault::Upstream, Fault::Internal]
+            .into_iter()
+            .find(|f| f.as_str() == label)
+    }
 }
 
 /// A failure on its way to the client.

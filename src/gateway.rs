@@ -35,6 +35,8 @@ pub struct Gateway {
     pub metrics: Metrics,
     /// This process's identity among replicas (logs, metrics, parking references).
     pub instance_id: String,
+    /// The wall clock the engine reads (a seam: tests give replicas clocks that differ).
+    pub clock: crate::clock::Clock,
     /// Set once a drain has begun: readiness fails, new work is still served until the
     /// listener stops accepting.
     draining: AtomicBool,
@@ -48,10 +50,9 @@ pub struct Gateway {
     pub pool: Arc<SessionPool>,
     /// Who is calling (rebuilt on reload, so key files are re-read).
     auth: ArcSwap<Authenticator>,
-    /// Where `requestState` ids are claimed (rebuilt only when `[single_use]` changes: a new
-    /// memory store would forget the claims in flight).
+    /// Where `requestState` ids are claimed (replaced on reload only as
+    /// `SingleUseStore::reconfigured` decides, which never forgets a claim).
     single_use: ArcSwap<SingleUseStore>,
-    single_use_metrics: SingleUseMetrics,
     /// Stops background tasks (the parking sweeper) when the gateway goes away.
     background: CancellationToken,
     /// Hook (long-lived responses): listen and legacy GET streams; their count, their shutdown.
@@ -92,6 +93,14 @@ impl Gateway {
 
     /// Builds the gateway; must run inside a Tokio runtime.
     pub fn try_new(config: Config) -> Result<Arc<Gateway>, String> {
+        Self::try_new_with_clock(config, crate::clock::Clock::system())
+    }
+
+    /// [`Gateway::try_new`] with the engine reading `clock`.
+    pub fn try_new_with_clock(
+        config: Config,
+        clock: crate::clock::Clock,
+    ) -> Result<Arc<Gateway>, String> {
         let instance_id = config.replica.id.clone().unwrap_or_else(random_instance_id);
         let slots = config.listen.max_concurrent_requests;
         let metrics = Metrics::new(&instance_id);
@@ -104,7 +113,7 @@ impl Gateway {
         let auth = Authenticator::new(config.auth.clone()).map_err(|e| e.to_string())?;
         let single_use_metrics =
             SingleUseMetrics::register(&metrics.registry).map_err(|e| e.to_string())?;
-        let single_use = SingleUseStore::build(&config.single_use, single_use_metrics.clone())
+        let single_use = SingleUseStore::build(&config.single_use, single_use_metrics)
             .map_err(|e| e.to_string())?;
         let long_lived = crate::front::long_lived::LongLived::new(metrics.listen_streams.clone());
         let pool = Arc::new(SessionPool::new(
@@ -131,7 +140,6 @@ impl Gateway {
             background,
             auth: ArcSwap::from_pointee(auth),
             single_use: ArcSwap::from_pointee(single_use),
-            single_use_metrics,
             draining: AtomicBool::new(false),
             request_slots: Arc::new(Semaphore::new(slots)),
             request_slots_size: AtomicUsize::new(slots),
@@ -143,6 +151,7 @@ impl Gateway {
             long_lived,
             metrics,
             instance_id,
+            clock,
             config: ArcSwap::from_pointee(config),
         });
         if gateway.config().pool.warm_up > 0
@@ -179,14 +188,11 @@ impl Gateway {
         let old = self.config();
         let auth = Authenticator::with_counters(new.auth.clone(), self.auth().counters().clone())
             .map_err(|e| e.to_string())?;
-        let single_use = if format!("{:?}", old.single_use) != format!("{:?}", new.single_use) {
-            Some(
-                SingleUseStore::build(&new.single_use, self.single_use_metrics.clone())
-                    .map_err(|e| e.to_string())?,
-            )
-        } else {
-            None
-        };
+        // Never forgets a claim: see `SingleUseStore::reconfigured`.
+        let single_use = self
+            .single_use()
+            .reconfigured(&new.single_use)
+            .map_err(|e| e.to_string())?;
         self.auth.store(Arc::new(auth));
         if let Some(store) = single_use {
             tracing::info!(store = store.kind(), "single-use store replaced");

@@ -6,12 +6,14 @@
 pub mod admin;
 pub mod auth;
 pub mod client;
+pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod discover;
 pub mod error;
 pub mod front;
 pub mod gateway;
+pub mod inherited_fds;
 pub mod jsonrpc;
 pub mod legacy;
 pub mod legacy_server;

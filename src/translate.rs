@@ -146,6 +146,19 @@ pub fn map_legacy_error(err: &Value, params: &Value) -> ErrorObject {
     }
 }
 
+/// Whose fault a legacy JSON-RPC error (as mapped by [`map_legacy_error`]) is: the standard
+/// codes that say the *request* was wrong — invalid request, method not found, invalid params
+/// (which a legacy "resource not found" becomes) — are the client's: it called a tool that does
+/// not exist, or with arguments the server refuses. Anything else is the legacy server's.
+pub fn legacy_error_fault(mapped: &ErrorObject) -> crate::error::Fault {
+    match mapped.code {
+        codes::INVALID_REQUEST | codes::METHOD_NOT_FOUND | codes::INVALID_PARAMS => {
+            crate::error::Fault::Client
+        }
+        _ => crate::error::Fault::Upstream,
+    }
+}
+
 /// `server/discover`, synthesized from the legacy `InitializeResult`.
 pub fn discover(init_result: &Value, hint: CacheHint, listen_supported: bool) -> Value {
     let mut caps = Map::new();
@@ -252,6 +265,28 @@ mod tests {
         );
         let (_, dropped) = from_legacy(json!({"content": []}), &si, None);
         assert!(dropped.is_empty());
+    }
+
+    #[test]
+    fn legacy_errors_about_the_request_are_the_clients_fault() {
+        use crate::error::Fault;
+        let fault = |code: i64| {
+            legacy_error_fault(&map_legacy_error(
+                &json!({"code": code, "message": "m"}),
+                &json!({"uri": "u"}),
+            ))
+        };
+        assert_eq!(fault(-32602), Fault::Client);
+        assert_eq!(fault(-32601), Fault::Client);
+        assert_eq!(fault(-32600), Fault::Client);
+        assert_eq!(fault(-32002), Fault::Client, "resource not found: -32602");
+        assert_eq!(fault(-32603), Fault::Upstream);
+        assert_eq!(fault(-32001), Fault::Upstream);
+        assert_eq!(
+            fault(-32700),
+            Fault::Upstream,
+            "the gateway sent it, not the client"
+        );
     }
 
     #[test]

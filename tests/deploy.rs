@@ -24,8 +24,8 @@ use serde_json::Value;
 use gateway_configs::{KeyDir, load, toml_files};
 use mrtr_gateway::config::EXAMPLE_SECRET;
 use pod_checks::{
-    gateway_pod, gateway_pod_problems, hardening_problems, prometheus_duration,
-    redis_store_problems, secret_problems, wiring_problems,
+    REDIS_SECRET, gateway_pod, gateway_pod_problems, hardening_problems, prometheus_duration,
+    redis_store_problems, secret_problems, secret_value, single_use_problems, wiring_problems,
 };
 use render::{KUBERNETES_VERSIONS, Rendered, render, repo};
 
@@ -107,31 +107,41 @@ fn base_leaves_the_keys_to_the_operator_and_overlays_carry_only_the_public_examp
 }
 
 #[test]
-fn fleet_overlay_claims_states_in_its_redis() {
+fn fleet_overlay_claims_states_in_its_redis_with_a_password() {
     let keys = KeyDir::new();
     let r = render("deploy/k8s/overlays/fleet-redis", false);
     assert_none(
         "fleet-redis single-use store",
         redis_store_problems(&r, &keys),
     );
-    // And the sidecar overlay does not: it keeps the per-replica memory store.
-    let sidecar = render("deploy/k8s/overlays/sidecar", false);
-    let gp = gateway_pod(&sidecar, &keys).unwrap();
-    assert!(gp.loaded.table.get("single_use").is_none());
+    assert!(secret_value(&r, REDIS_SECRET, "password").is_some());
 }
 
 #[test]
-fn fleet_config_differs_from_the_base_only_in_single_use() {
-    let parse = |rel: &str| read(rel).parse::<toml::Table>().unwrap();
-    let base = parse("deploy/k8s/base/gateway.toml");
-    let mut fleet = parse("deploy/k8s/overlays/fleet-redis/gateway.toml");
-    assert!(
-        fleet.remove("single_use").is_some(),
-        "the fleet config has no [single_use]"
-    );
+fn every_manifest_with_more_than_one_replica_claims_states_in_redis() {
+    let keys = KeyDir::new();
+    for dir in ["deploy/k8s/base"].iter().chain(OVERLAYS) {
+        let r = render(dir, false);
+        assert_none(&format!("{dir} single use"), single_use_problems(&r, &keys));
+    }
+    // The sidecar overlay points at the operator's Redis: its Secret is not in the manifests.
+    let sidecar = render("deploy/k8s/overlays/sidecar", false);
+    assert!(sidecar.get("Secret", REDIS_SECRET).is_none());
+    assert!(sidecar.get("Service", "mrtr-gateway-redis").is_none());
+}
+
+#[test]
+fn fleet_overlay_runs_the_base_configuration_unchanged() {
+    let toml = |dir: &str| {
+        let r = render(dir, false);
+        r.all("ConfigMap")[0]["data"]["gateway.toml"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
     assert_eq!(
-        fleet, base,
-        "the fleet TOML drifted from the base beyond [single_use]"
+        toml("deploy/k8s/overlays/fleet-redis"),
+        read("deploy/k8s/base/gateway.toml")
     );
 }
 
@@ -140,7 +150,7 @@ fn every_toml_config_loads_with_the_gateway_loader() {
     let keys = KeyDir::new();
     let mut files = toml_files(&repo().join("config"));
     files.extend(toml_files(&repo().join("deploy")));
-    assert!(files.len() >= 3, "found only {files:?}");
+    assert!(files.len() >= 2, "found only {files:?}");
     for f in &files {
         let text = std::fs::read_to_string(f).unwrap();
         load(&text, f.parent(), &[], &keys).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
@@ -389,6 +399,25 @@ fn broken_probes_mounts_and_hardening_are_caught() {
         secret_problems(&r, EXAMPLE_SECRET).0,
         "k2026-12-02 is not the public example",
     );
+
+    // The per-replica memory store with more than one replica.
+    let mut r = fresh();
+    let toml = config_map_toml(&mut r);
+    *toml = toml
+        .as_str()
+        .unwrap()
+        .replace("store = \"redis\"", "store = \"memory\"")
+        .into();
+    expect_caught(single_use_problems(&r, &keys), "per-replica memory store");
+
+    // Redis URLs that do not come from the Secret.
+    let mut r = fresh();
+    let env = gateway_container(&mut r)["env"].as_array_mut().unwrap();
+    env.retain(|e| e["name"] != pod_checks::REDIS_URLS_VAR);
+    expect_caught(
+        single_use_problems(&r, &keys),
+        "do not come from Secret/mrtr-gateway-redis",
+    );
 }
 
 #[test]
@@ -410,6 +439,33 @@ fn a_fleet_without_redis_claims_is_caught() {
         .replace("store = \"redis\"", "store = \"memory\"")
         .into();
     expect_caught(redis_store_problems(&r, &keys), "store is not \"redis\"");
+    expect_caught(single_use_problems(&r, &keys), "per-replica memory store");
+
+    // A Redis that requires no password, or a URL without the one it requires.
+    let mut r = fresh();
+    let args = redis_args(&mut r.objects);
+    let at = args.iter().position(|a| a == "--requirepass").unwrap();
+    args.drain(at..at + 2);
+    expect_caught(redis_store_problems(&r, &keys), "requires no password");
+    let mut r = fresh();
+    let args = redis_args(&mut r.objects);
+    let at = args.iter().position(|a| a == "--requirepass").unwrap();
+    args[at + 1] = "hunter2".into();
+    expect_caught(
+        redis_store_problems(&r, &keys),
+        "password is not taken from a Secret",
+    );
+    let mut r = fresh();
+    let secret = r
+        .objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == REDIS_SECRET)
+        .unwrap();
+    secret["stringData"]["urls"] = r#"["redis://mrtr-gateway-redis:6379/0"]"#.into();
+    expect_caught(
+        redis_store_problems(&r, &keys),
+        "does not carry the password Redis requires",
+    );
 
     let mut r = fresh();
     r.objects
@@ -435,6 +491,16 @@ fn a_fleet_without_redis_claims_is_caught() {
         }
     }
     expect_caught(redis_store_problems(&r, &keys), "may evict claims");
+}
+
+/// The fleet Redis container's `args`.
+fn redis_args(objects: &mut [Value]) -> &mut Vec<Value> {
+    objects
+        .iter_mut()
+        .find(|o| o["metadata"]["name"] == "mrtr-gateway-redis" && o["kind"] == "Deployment")
+        .unwrap()["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array_mut()
+        .unwrap()
 }
 
 #[test]

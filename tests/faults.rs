@@ -679,3 +679,248 @@ async fn a_client_that_never_reads_does_not_hold_the_legacy_call_past_call_timeo
     healthy(&env).await;
     env.stop().await;
 }
+
+// ---- client faults on the retry path -------------------------------------------------------
+
+/// A tool that asks twice; the first answer is carried in the state of the second round.
+fn asks_twice() -> Handlers {
+    Handlers::new().tool(
+        "two_questions",
+        "elicits `first`, then `second`",
+        json!({"type": "object"}),
+        |ctx, _| async move {
+            let first = ctx.elicit_form("First?", form("first")).await?;
+            let second = ctx.elicit_form("Second?", form("second")).await?;
+            Ok(tool_text(format!(
+                "{} bytes, then {}",
+                first["content"]["first"].as_str().unwrap_or("").len(),
+                second["content"]["second"].as_str().unwrap_or("?")
+            )))
+        },
+    )
+}
+
+fn only_key(result: &Value) -> String {
+    let requests = result["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    requests.keys().next().unwrap().clone()
+}
+
+/// A 900 KB answer fits the request body (1 MiB) but not the next round's requestState
+/// (`state.max_bytes`, 64 KiB): that is the client's answer being too big, so it is a 413
+/// naming the limit and the answer's key, counted as the client's fault, and so is every
+/// duplicate of it; the gateway stays healthy.
+#[tokio::test]
+async fn an_answer_too_large_for_the_next_state_is_a_client_fault_naming_the_limit_and_key() {
+    let env = fault_env(asks_twice(), SHORT).await;
+    let c = env.client();
+    let round1 = c
+        .request(
+            "tools/call",
+            json!({"name": "two_questions", "arguments": {}}),
+        )
+        .await
+        .unwrap();
+    let first = round1.result().expect("round 1 asks").clone();
+    let key = only_key(&first);
+    let retry = json!({"name": "two_questions", "arguments": {},
+        "requestState": first["requestState"],
+        "inputResponses": {&key: {"action": "accept", "content": {"first": "x".repeat(900_000)}}}});
+    let refused = c.request("tools/call", retry.clone()).await.unwrap();
+    assert_eq!(refused.status.as_u16(), 413, "{:?}", refused.message);
+    assert_eq!(refused.error_code(), Some(-32602));
+    let error = refused.error().unwrap();
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("state.max_bytes (65536)"), "{message}");
+    assert!(
+        message.contains(&format!("inputResponses[{key:?}]")),
+        "{message}"
+    );
+    assert_eq!(error["data"]["limit"], "state.max_bytes");
+    assert_eq!(error["data"]["key"], key.as_str());
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_rejections_total",
+            &[("reason", "input_response_too_large"), ("fault", "client")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_limit_hits_total",
+            &[("limit", "state_max_bytes")]
+        ),
+        1.0
+    );
+    // A duplicate gets the same answer, and it is still the client's fault.
+    let again = c.request("tools/call", retry).await.unwrap();
+    assert_eq!(again.status.as_u16(), 413, "{:?}", again.message);
+    assert_eq!(again.error(), refused.error());
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_rejections_total",
+            &[("reason", "duplicate_of_error"), ("fault", "client")]
+        ),
+        1.0
+    );
+    for fault in ["internal", "upstream"] {
+        assert!(
+            !env.gw
+                .metrics
+                .render()
+                .lines()
+                .any(|l| l.starts_with("mrtr_gateway_rejections_total")
+                    && l.contains(&format!("fault=\"{fault}\""))
+                    && !l.ends_with(" 0")),
+            "a {fault} fault was counted:\n{}",
+            env.gw.metrics.render()
+        );
+    }
+    healthy(&env).await;
+    assert_quiet(&env.gw, &env.legacy).await;
+    env.stop().await;
+}
+
+/// A tool that asks for confirmation, reports progress, works for a while, then answers.
+fn confirm_then_work() -> Handlers {
+    Handlers::new().tool(
+        "transfer",
+        "asks, then works",
+        json!({"type": "object"}),
+        |ctx, _| async move {
+            let ok = ctx.elicit_form("Transfer?", form("confirm")).await?;
+            ctx.progress(1.0, Some(2.0), Some("working"));
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            Ok(tool_text(format!(
+                "transferred ({})",
+                ok["content"]["confirm"].as_str().unwrap_or("?")
+            )))
+        },
+    )
+}
+
+/// The client's connection drops in the middle of a retry that carried its answers (after
+/// the first progress event). The claimed state is spent, so the call is not cancelled: it
+/// finishes (the tool body runs once, nothing is cancelled upstream), and presenting the same
+/// state again gets its result — "in progress" meanwhile, never "already used".
+#[tokio::test]
+async fn a_client_that_drops_during_a_retry_gets_its_result_on_the_next_presentation() {
+    let env = fault_env(confirm_then_work(), SHORT).await;
+    let c = env.client();
+    let meta = json!({"progressToken": "t"});
+    let round1 = c
+        .request(
+            "tools/call",
+            json!({"name": "transfer", "arguments": {}, "_meta": meta}),
+        )
+        .await
+        .unwrap();
+    let first = round1.result().expect("round 1 asks").clone();
+    let key = only_key(&first);
+    let retry = json!({"name": "transfer", "arguments": {}, "_meta": meta,
+        "requestState": first["requestState"],
+        "inputResponses": {&key: {"action": "accept", "content": {"confirm": "yes"}}}});
+
+    // The retry, sent by hand so that the connection can be dropped mid-stream.
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": c.params_with_meta(retry.clone())});
+    let raw = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = Request::post(&env.url)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    req.headers_mut()
+        .extend(ModernClient::routing_headers(&body));
+    let resp = raw.request(req).await.unwrap();
+    assert_eq!(resp.headers()[header::CONTENT_TYPE], "text/event-stream");
+    let mut stream = resp.into_body();
+    let progress = stream.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(
+        String::from_utf8_lossy(&progress).contains("notifications/progress"),
+        "{progress:?}"
+    );
+    drop(stream);
+    drop(raw);
+
+    // Presented again: "in progress" while the call finishes, then its result.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut waits = 0;
+    let result = loop {
+        let ex = c.request("tools/call", retry.clone()).await.unwrap();
+        if let Some(r) = ex.result() {
+            eprintln!("re-presented: {waits} x 409 in progress, then the result");
+            break r.clone();
+        }
+        waits += 1;
+        assert_eq!(
+            (ex.status.as_u16(), ex.error_code()),
+            (409, Some(-32603)),
+            "only 'in progress' may come before the result: {:?}",
+            ex.message
+        );
+        assert!(Instant::now() < deadline, "no result after 5 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(text(&result), "transferred (yes)");
+    let stats = env.legacy.stats();
+    assert_eq!(
+        stats.tool_starts("transfer"),
+        1,
+        "resumed, never re-executed"
+    );
+    assert_eq!(stats.tool_finishes("transfer"), 1);
+    assert!(
+        stats.cancellations().is_empty(),
+        "the claimed call was cancelled upstream: {:?}",
+        stats.cancellations()
+    );
+    assert_eq!(
+        metric(&env.gw, "mrtr_gateway_single_use_detached_runs_total", &[]),
+        1.0
+    );
+    // The result is kept: later presentations get it too.
+    let again = c.request("tools/call", retry).await.unwrap();
+    assert_eq!(again.result(), Some(&result));
+    healthy(&env).await;
+    assert_quiet(&env.gw, &env.legacy).await;
+    env.stop().await;
+}
+
+/// The legacy server's own JSON-RPC errors are passed on; the ones that say the request was
+/// wrong (an unknown tool: -32602) are counted as the client's fault, the others (an internal
+/// error in a tool) as the upstream's.
+#[tokio::test]
+async fn legacy_errors_about_the_request_count_as_client_faults() {
+    let h = Handlers::new().tool(
+        "broken",
+        "fails inside",
+        json!({"type": "object"}),
+        |_, _| async move {
+            Err(mrtr_gateway::legacy_server::RpcError::internal(
+                "the database is down",
+            ))
+        },
+    );
+    let env = fault_env(h, SHORT).await;
+    let unknown = call(&env, "no_such_tool", json!({"arguments": {}})).await;
+    assert_eq!(unknown.error_code(), Some(-32602), "{:?}", unknown.message);
+    let broken = call(&env, "broken", json!({"arguments": {}})).await;
+    assert_eq!(broken.error_code(), Some(-32603), "{:?}", broken.message);
+    for fault in ["client", "upstream"] {
+        assert_eq!(
+            metric(
+                &env.gw,
+                "mrtr_gateway_rejections_total",
+                &[("reason", "legacy_error"), ("fault", fault)]
+            ),
+            1.0,
+            "{fault}"
+        );
+    }
+    healthy(&env).await;
+    env.stop().await;
+}

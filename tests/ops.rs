@@ -360,6 +360,193 @@ async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_k
     legacy.shutdown().await;
 }
 
+/// The question of `greet`'s first round: the state and its input key.
+async fn greet_round_one(c: &ModernClient, tool: &str) -> (String, String) {
+    let first = c
+        .request("tools/call", json!({"name": tool, "arguments": {}}))
+        .await
+        .unwrap();
+    let r = first.result().expect("round 1 asks");
+    let key = r["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    (r["requestState"].as_str().unwrap().to_string(), key)
+}
+
+fn greet_retry(tool: &str, state: &str, key: &str) -> Value {
+    json!({"name": tool, "arguments": {}, "requestState": state,
+           "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}}})
+}
+
+/// A reload that changes `[single_use]` never forgets a claim this replica made. A state
+/// completed before the reload, presented again after it, gets the kept outcome and the tool
+/// body does not run again: after a change of limits (the memory store is kept), with a retry
+/// still running across that reload (it settles where it was claimed), and after a switch to
+/// Redis (the memory store is still asked until its entries expire).
+#[tokio::test]
+async fn reloads_that_change_single_use_never_forget_a_claim() {
+    let handlers = greet().tool(
+        "greet_slowly",
+        "",
+        json!({"type": "object"}),
+        |ctx, _| async move {
+            let a = ctx.elicit_form("Name?", form("name")).await?;
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            Ok(tool_text(format!(
+                "Slowly, hello {}",
+                a["content"]["name"].as_str().unwrap_or("?")
+            )))
+        },
+    );
+    let legacy = LegacyServer::start(LegacyServerConfig::default(), handlers)
+        .await
+        .unwrap();
+    let redis = support::procs::start_redis().await;
+    let dir = TempDir::new();
+    let cfg_path = dir.path().join("gateway.toml");
+    let toml = |single_use: &str| {
+        format!(
+            "[listen]\naddr = \"127.0.0.1:0\"\n[upstream]\nurl = \"{}\"\n\
+             [[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n[single_use]\n{single_use}\n",
+            legacy.url()
+        )
+    };
+    std::fs::write(&cfg_path, toml("max_entries = 1000")).unwrap();
+    let (gw, running, url) = start_gateway(Config::load(&cfg_path).unwrap()).await;
+    let reloader = Reloader {
+        gw: gw.clone(),
+        config_path: cfg_path.clone(),
+        tls: None,
+        log: None,
+    };
+    let c = ModernClient::new(&url);
+    let starts =
+        || legacy.stats().tool_starts("greet") + legacy.stats().tool_starts("greet_slowly");
+
+    // One state completed, one retry still running when the configuration changes.
+    let (done_state, done_key) = greet_round_one(&c, "greet").await;
+    let done = c
+        .request("tools/call", greet_retry("greet", &done_state, &done_key))
+        .await
+        .unwrap();
+    assert_eq!(text(done.result().unwrap()), "Hello Ada");
+    let (slow_state, slow_key) = greet_round_one(&c, "greet_slowly").await;
+    let slow = {
+        let (url, retry) = (
+            url.clone(),
+            greet_retry("greet_slowly", &slow_state, &slow_key),
+        );
+        tokio::spawn(async move {
+            ModernClient::new(&url)
+                .request("tools/call", retry)
+                .await
+                .unwrap()
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || gw.single_use().entries()
+            == Some(2))
+        .await
+    );
+    let executions = starts();
+
+    // 1. Only limits change: the store and both claims are kept.
+    std::fs::write(
+        &cfg_path,
+        toml("max_entries = 2000\nmax_outcome_bytes = 100000"),
+    )
+    .unwrap();
+    reloader.reload_now().unwrap();
+    assert_eq!(gw.config().single_use.max_entries, 2000);
+    let again = c
+        .request("tools/call", greet_retry("greet", &done_state, &done_key))
+        .await
+        .unwrap();
+    assert_eq!(again.result(), done.result(), "{:?}", again.message);
+    let running_one = c
+        .request(
+            "tools/call",
+            greet_retry("greet_slowly", &slow_state, &slow_key),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        running_one.status.as_u16(),
+        409,
+        "{:?}",
+        running_one.message
+    );
+    let slow = slow.await.unwrap();
+    assert_eq!(text(slow.result().unwrap()), "Slowly, hello Ada");
+    let slow_again = c
+        .request(
+            "tools/call",
+            greet_retry("greet_slowly", &slow_state, &slow_key),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        slow_again.result(),
+        slow.result(),
+        "{:?}",
+        slow_again.message
+    );
+
+    // 2. The store switches to Redis: what memory holds is still honoured on this replica.
+    std::fs::write(
+        &cfg_path,
+        toml(&format!(
+            "store = \"redis\"\n[single_use.redis]\nurls = [\"redis://127.0.0.1:{}/0\"]",
+            redis.port
+        )),
+    )
+    .unwrap();
+    reloader.reload_now().unwrap();
+    assert_eq!(gw.single_use().kind(), "redis");
+    for (tool, state, key, first) in [
+        ("greet", &done_state, &done_key, &done),
+        ("greet_slowly", &slow_state, &slow_key, &slow),
+    ] {
+        let again = c
+            .request("tools/call", greet_retry(tool, state, key))
+            .await
+            .unwrap();
+        assert_eq!(
+            again.result(),
+            first.result(),
+            "{tool}: {:?}",
+            again.message
+        );
+    }
+    assert_eq!(starts(), executions, "a tool body ran again after a reload");
+    // New states are claimed in Redis.
+    let (state, key) = greet_round_one(&c, "greet").await;
+    let fresh = c
+        .request("tools/call", greet_retry("greet", &state, &key))
+        .await
+        .unwrap();
+    assert_eq!(text(fresh.result().unwrap()), "Hello Ada");
+    let dup = c
+        .request("tools/call", greet_retry("greet", &state, &key))
+        .await
+        .unwrap();
+    assert_eq!(dup.result(), fresh.result());
+    assert_eq!(
+        metric(
+            &gw,
+            "mrtr_gateway_config_reloads_total",
+            &[("result", "ok")]
+        ),
+        2.0
+    );
+    running.stop().await;
+    legacy.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_changed_key_directory_is_picked_up_by_the_watcher() {
     let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())

@@ -117,6 +117,15 @@ async fn any_replica_completes_and_parking_saves_re_execution() {
         1.0
     );
     eprintln!("executions: same replica 1, other replica 2");
+    // Both replicas keep their single-use claims in memory, and say at start that those are
+    // per replica.
+    for name in ["rep-a", "rep-b"] {
+        let log = std::fs::read_to_string(dir.0.join(format!("{name}.log"))).unwrap();
+        assert!(
+            log.contains("single-use claims are kept per replica"),
+            "{name} did not warn about its per-replica store:\n{log}"
+        );
+    }
 }
 
 #[tokio::test]

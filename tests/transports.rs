@@ -557,6 +557,97 @@ async fn children_are_bounded_by_stdio_max_children() {
     f.stop().await;
 }
 
+/// A descriptor the gateway inherited without close-on-exec (fd 5, opened by the shell that
+/// starts the gateway binary) stays open in the gateway but never reaches a stdio child: the
+/// FastMCP child lists its own descriptors, and none of them is the inherited file.
+#[tokio::test]
+async fn stdio_children_do_not_inherit_descriptors_the_gateway_inherited() {
+    let dir = TempDir::new("mrtr-stdio-fds");
+    let marker = dir.path().join("inherited-by-the-gateway");
+    std::fs::write(&marker, "the gateway's parent opened this on fd 5\n").unwrap();
+    let command = toml_strings(&[
+        legacy_python().to_string_lossy().as_ref(),
+        repo()
+            .join("tests/peers/legacy_server.py")
+            .to_string_lossy()
+            .as_ref(),
+        "--transport",
+        "stdio",
+    ]);
+    let config = format!(
+        "[upstream]\ntransport = \"stdio\"\ncommand = {command}\nresponse_timeout = \"60s\"\n\
+         call_timeout = \"60s\"\n[log]\nformat = \"text\"\n\
+         [[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n"
+    );
+    // `exec 5<FILE` leaves fd 5 open without FD_CLOEXEC, then the shell becomes the gateway.
+    let marker_arg = marker.to_string_lossy().into_owned();
+    let launcher = [
+        "sh",
+        "-c",
+        "exec 5<\"$1\"; shift; exec \"$@\"",
+        "sh",
+        marker_arg.as_str(),
+    ];
+    let (child, url, _admin) =
+        support::procs::spawn_gateway_via(&launcher, &config, dir.path(), "fds").await;
+    let pid = child.id().expect("the gateway runs");
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/fd/5")).ok(),
+        Some(marker.clone()),
+        "the launcher did not hand the gateway an open fd 5"
+    );
+
+    let ex = ModernClient::new(&url)
+        .request("tools/call", json!({"name": "open_files", "arguments": {}}))
+        .await
+        .unwrap();
+    let listing: std::collections::BTreeMap<String, String> = serde_json::from_str(&text(
+        ex.result()
+            .unwrap_or_else(|| panic!("open_files failed: {:?}", ex.message)),
+    ))
+    .unwrap();
+    eprintln!("the stdio child's descriptors: {listing:?}");
+    assert!(
+        listing.contains_key("0") && listing.contains_key("1") && listing.contains_key("2"),
+        "{listing:?}"
+    );
+    let leaked: Vec<_> = listing
+        .iter()
+        .filter(|(_, target)| Path::new(target.as_str()) == marker)
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "the child inherited the gateway's descriptor: {leaked:?}"
+    );
+    // More generally, beyond its three pipes the child shares nothing the gateway holds
+    // (nextest's jobserver pipe, for one, is inherited by the gateway too). Anonymous inodes
+    // (epoll, eventfd) read the same in every process and say nothing about sharing.
+    let gateway_holds: std::collections::BTreeSet<String> =
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .map(|t| t.to_string_lossy().into_owned())
+            .collect();
+    let shared: Vec<_> = listing
+        .iter()
+        .filter(|(fd, target)| {
+            !["0", "1", "2"].contains(&fd.as_str())
+                && !target.starts_with("anon_inode:")
+                && gateway_holds.contains(*target)
+        })
+        .collect();
+    assert!(
+        shared.is_empty(),
+        "the child shares the gateway's descriptors: {shared:?}"
+    );
+    // The gateway itself still holds fd 5: it was marked close-on-exec, not closed.
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/fd/5")).ok(),
+        Some(marker)
+    );
+    drop(child);
+}
+
 // ------------------------------------------------------- Streamable HTTP details
 
 fn greet_handlers() -> Handlers {

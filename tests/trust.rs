@@ -410,9 +410,89 @@ async fn duplicate_race_across_two_gateway_processes_sharing_redis_runs_the_tool
         );
     }
     assert_eq!(legacy.stats().tool_starts("pay"), 2);
+    let log = std::fs::read_to_string(dir.join("gw-a.log")).unwrap();
+    assert!(
+        !log.contains("per replica"),
+        "a Redis-backed replica warned about per-replica claims:\n{log}"
+    );
     drop((a, b, redis));
     let _ = std::fs::remove_dir_all(&dir);
     legacy.shutdown().await;
+}
+
+/// One caller cannot fill the memory single-use store and lock everyone else out: past its
+/// `single_use.max_entries_per_principal` its retries get 429 (its own fault, nothing run),
+/// while another caller's retries still run.
+#[tokio::test]
+async fn one_caller_cannot_fill_the_single_use_store_for_everyone() {
+    let extra = format!(
+        "[auth]\nmode = \"header\"\n[single_use]\nmax_entries = 4\nmax_entries_per_principal = 3\n{REPLAY}"
+    );
+    let env = env_with(LegacyServerConfig::default(), handlers(), "", &extra).await;
+    let as_user = |user: &str| {
+        let mut c = env.client();
+        c.headers.insert(
+            "x-authenticated-user",
+            http::HeaderValue::from_str(user).unwrap(),
+        );
+        c
+    };
+    let mallory = as_user("mallory");
+    for _ in 0..3 {
+        let (state, key) = first_round(&mallory).await;
+        let done = mallory
+            .request("tools/call", retry_params(json!(state), &key))
+            .await
+            .unwrap();
+        assert_eq!(text(done.result().unwrap()), "paid 10 (yes)");
+    }
+    // The fourth would still fit the store, but not mallory's share of it.
+    let (state, key) = first_round(&mallory).await;
+    let runs = env.legacy.stats().tool_finishes("pay");
+    let refused = mallory
+        .request("tools/call", retry_params(json!(state), &key))
+        .await
+        .unwrap();
+    assert_eq!(refused.status.as_u16(), 429, "{:?}", refused.message);
+    assert!(refused.headers.contains_key(http::header::RETRY_AFTER));
+    assert!(
+        refused.error().unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .contains("single_use.max_entries_per_principal")
+    );
+    assert_eq!(env.legacy.stats().tool_finishes("pay"), runs, "nothing ran");
+    // Someone else is still served.
+    let alice = as_user("alice");
+    let (state, key) = first_round(&alice).await;
+    let done = alice
+        .request("tools/call", retry_params(json!(state), &key))
+        .await
+        .unwrap();
+    assert_eq!(
+        text(done.result().expect("alice is not locked out")),
+        "paid 10 (yes)"
+    );
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_limit_hits_total",
+            &[("limit", "single_use_max_entries_per_principal")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_rejections_total",
+            &[
+                ("reason", "single_use_principal_quota"),
+                ("fault", "client")
+            ]
+        ),
+        1.0
+    );
+    env.stop().await;
 }
 
 #[tokio::test]

@@ -24,6 +24,9 @@ pub async fn run(
     config_path: PathBuf,
     log: Option<LevelHandle>,
 ) -> std::io::Result<()> {
+    // Before any child can be started: descriptors inherited from whoever started the gateway
+    // must not leak into stdio legacy servers.
+    crate::inherited_fds::keep_from_children();
     let gw = Gateway::try_new(config).map_err(std::io::Error::other)?;
     let cfg = gw.config();
     let tls = match &cfg.tls {
@@ -48,6 +51,9 @@ pub async fn run(
         instance_id = %gw.instance_id,
         "mrtr-gateway listening"
     );
+    if gw.single_use().per_replica() {
+        crate::single_use::warn_per_replica();
+    }
     let example = crate::config::decode_secret(crate::config::EXAMPLE_SECRET).ok();
     for k in &cfg.state.keys {
         if Some(k.secret) == example {

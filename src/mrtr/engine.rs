@@ -19,16 +19,18 @@
 //! upstream, so they can never end in `input_required`.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use http::StatusCode;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::answers::AnswerBook;
+use super::at_most_once::{self, Claimed};
 use super::input_key::KeyMinter;
 use super::origin;
 use super::run::{Captured, Mode, Question, Run};
+use super::state_size;
 use super::url_required;
 use crate::config::ParkPolicy;
 use crate::error::{Fault, Rejection};
@@ -37,8 +39,8 @@ use crate::jsonrpc::codes;
 use crate::legacy::capabilities::Declared;
 use crate::metrics::method_label;
 use crate::protocol::methods::{Route, route};
-use crate::single_use::{self, Claim, Policy as SingleUsePolicy};
-use crate::state::{ParkRef, Pending, StateError, StatePayload, now_secs};
+use crate::single_use::Policy as SingleUsePolicy;
+use crate::state::{ParkRef, Pending, StateError, StatePayload};
 use crate::translate;
 
 pub use super::run::{Call, Sink};
@@ -125,7 +127,7 @@ pub async fn serve_mrtr(
     sink: &Sink,
     cancel: &CancellationToken,
 ) -> Result<Value, Rejection> {
-    let now = now_secs();
+    let now = gw.clock.now_secs();
     let cfg = gw.config();
     let origin = origin::digest(&call.method, &call.params);
     let prior = open_prior(gw, call, &origin, now)?;
@@ -140,19 +142,28 @@ pub async fn serve_mrtr(
             if cfg.single_use.policy_for(&call.method, call.target())
                 == SingleUsePolicy::Always =>
         {
-            match claim_state(gw, p, now).await? {
-                Claimed::Owned(c) => Some(c),
+            match at_most_once::claim(gw, &call.principal, p, now).await? {
+                Claimed::Owned(guard) => Some(guard),
                 Claimed::Duplicate(outcome) => return outcome,
             }
         }
         _ => None,
     };
+    // A claimed retry outlives its client (see `at_most_once`): the client going away neither
+    // cancels it nor fails it for a notification that cannot be delivered.
+    let outliving = claim
+        .as_ref()
+        .map(|_| (CancellationToken::new(), sink.outliving_client()));
+    let (run_cancel, run_sink) = match &outliving {
+        Some((token, sink)) => (token, sink),
+        None => (cancel, sink),
+    };
     let mut may_have_run = false;
     let outcome = execute(
         gw,
         call,
-        sink,
-        cancel,
+        run_sink,
+        run_cancel,
         prior,
         book,
         is_retry,
@@ -161,102 +172,12 @@ pub async fn serve_mrtr(
         &mut may_have_run,
     )
     .await;
-    if let Some(c) = claim {
-        settle(gw, c, &outcome, may_have_run).await;
+    if let Some(guard) = claim {
+        guard
+            .settle(&outcome, may_have_run, cancel.is_cancelled())
+            .await;
     }
     outcome
-}
-
-/// A claimed state id and how long the claim should live.
-struct OwnedClaim {
-    id: String,
-    ttl: Duration,
-}
-
-enum Claimed {
-    Owned(OwnedClaim),
-    Duplicate(Result<Value, Rejection>),
-}
-
-/// What a duplicate presentation receives: the first one's result or error, kept as JSON.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct KeptOutcome {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    result: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    error: Option<crate::jsonrpc::ErrorObject>,
-    #[serde(default)]
-    status: u16,
-}
-
-async fn claim_state(gw: &Gateway, prior: &StatePayload, now: u64) -> Result<Claimed, Rejection> {
-    let skew = gw.codec.limits().clock_skew.as_secs();
-    let ttl = Duration::from_secs((prior.exp + skew).saturating_sub(now).max(1));
-    match gw.single_use().claim(&prior.id, ttl).await? {
-        Claim::Acquired => Ok(Claimed::Owned(OwnedClaim {
-            id: prior.id.clone(),
-            ttl,
-        })),
-        Claim::InProgress => Err(single_use::in_progress()),
-        Claim::DoneNotKept => Err(single_use::already_used()),
-        Claim::Done(bytes) => {
-            let kept: KeptOutcome = serde_json::from_slice(&bytes).map_err(|_| {
-                Rejection::internal(
-                    "a kept single-use outcome is unreadable",
-                    "single_use_corrupt",
-                )
-            })?;
-            Ok(Claimed::Duplicate(match (kept.result, kept.error) {
-                (Some(result), _) => Ok(result),
-                (None, Some(error)) => Err(Rejection {
-                    status: StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK),
-                    error,
-                    fault: Fault::Upstream,
-                    reason: "duplicate_of_error",
-                    headers: Vec::new(),
-                }),
-                (None, None) => Err(single_use::already_used()),
-            }))
-        }
-    }
-}
-
-/// Records the outcome of a claimed state for its duplicates, or gives the claim back when
-/// nothing can have run.
-async fn settle(
-    gw: &Gateway,
-    claim: OwnedClaim,
-    outcome: &Result<Value, Rejection>,
-    may_have_run: bool,
-) {
-    let store = gw.single_use();
-    let result = if !may_have_run {
-        store.release(&claim.id).await.map(|_| ())
-    } else {
-        let kept = match outcome {
-            Ok(result) => Some(KeptOutcome {
-                result: Some(result.clone()),
-                error: None,
-                status: 200,
-            }),
-            // The first presenter went away mid-call: there is no outcome to repeat.
-            Err(rej) if rej.reason == "client_cancelled" => None,
-            Err(rej) => Some(KeptOutcome {
-                result: None,
-                error: Some(rej.error.clone()),
-                status: rej.status.as_u16(),
-            }),
-        };
-        let bytes = kept.map(|k| serde_json::to_vec(&k).expect("outcomes serialize"));
-        store
-            .complete(&claim.id, bytes.as_deref(), claim.ttl)
-            .await
-            .map(|_| ())
-    };
-    if let Err(e) = result {
-        // The call itself is done; duplicates will see "in progress" until the claim expires.
-        tracing::warn!(error = %e, "could not record a single-use outcome");
-    }
 }
 
 /// Runs (or resumes) the call and turns what the legacy server did into the modern result.
@@ -475,14 +396,11 @@ async fn execute(
                 .limit_hits
                 .with_label_values(&["state_max_bytes"])
                 .inc();
-            return Err(Rejection::internal(
-                format!(
-                    "cannot continue {}: its requestState would be {} bytes, above state.max_bytes ({})",
-                    call.describe(),
-                    e.size,
-                    e.limit
-                ),
-                "state_too_large",
+            return Err(state_size::rejection(
+                &gw.codec,
+                &call.describe(),
+                &payload,
+                e,
             ));
         }
     };
@@ -576,8 +494,8 @@ fn final_result(
     };
     Err(Rejection {
         status,
+        fault: translate::legacy_error_fault(&mapped),
         error: mapped,
-        fault: Fault::Upstream,
         reason: "legacy_error",
         headers: Vec::new(),
     })

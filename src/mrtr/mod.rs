@@ -1,6 +1,7 @@
 //! Multi Round-Trip Requests on top of a blocking legacy server: the engine and its parts.
 
 pub mod answers;
+pub mod at_most_once;
 pub mod engine;
 pub mod input_key;
 pub mod input_request;
@@ -9,4 +10,5 @@ pub mod origin;
 pub mod parking;
 pub mod run;
 pub mod shape;
+pub mod state_size;
 pub mod url_required;

@@ -71,17 +71,32 @@ impl Call {
 /// Where request-scoped notifications go: the client's SSE response, if it can take one.
 pub struct Sink {
     tx: Option<mpsc::Sender<Value>>,
+    /// The call goes on without the client: a notification it can no longer take is dropped.
+    outlives_client: bool,
 }
 
 impl Sink {
     pub fn new(tx: Option<mpsc::Sender<Value>>) -> Sink {
-        Sink { tx }
+        Sink {
+            tx,
+            outlives_client: false,
+        }
     }
 
-    /// Sends a notification; `false` when the client has gone away.
+    /// The same destination, for a call that must finish even if the client goes away (a
+    /// claimed retry, see `mrtr::at_most_once`).
+    pub fn outliving_client(&self) -> Sink {
+        Sink {
+            tx: self.tx.clone(),
+            outlives_client: true,
+        }
+    }
+
+    /// Sends a notification; `false` when the client has gone away (and the call should
+    /// stop with it).
     async fn send(&self, msg: Value) -> bool {
         match &self.tx {
-            Some(tx) => tx.send(msg).await.is_ok(),
+            Some(tx) => tx.send(msg).await.is_ok() || self.outlives_client,
             None => true,
         }
     }

@@ -19,6 +19,10 @@ use crate::config::{ConfigError, parse_duration};
 /// Largest accepted `max_outcome_bytes`: a kept outcome is one Redis string or one heap
 /// allocation per claim, so anything beyond a few MiB is a misconfiguration.
 pub const MAX_OUTCOME_BYTES_LIMIT: u64 = 64 * 1024 * 1024;
+/// Bounds of `claim_lease`: long enough for two store round trips, short enough that a retry
+/// after a lost claim reply does not wait long.
+pub const CLAIM_LEASE_MIN: Duration = Duration::from_millis(100);
+pub const CLAIM_LEASE_MAX: Duration = Duration::from_secs(60);
 /// Longest accepted `key_prefix`, bytes.
 pub const MAX_KEY_PREFIX_BYTES: usize = 64;
 /// The methods that can carry a `requestState`, hence the only ones a rule can name.
@@ -31,9 +35,11 @@ pub struct RawSingleUse {
     pub store: String,
     pub policy: String,
     pub max_entries: u64,
+    pub max_entries_per_principal: u64,
     pub max_outcome_bytes: u64,
     pub max_total_outcome_bytes: u64,
     pub sweep_interval: String,
+    pub claim_lease: String,
     pub redis: RawRedis,
     pub rules: Vec<RawRule>,
 }
@@ -44,9 +50,11 @@ impl Default for RawSingleUse {
             store: "memory".into(),
             policy: "always".into(),
             max_entries: 100_000,
+            max_entries_per_principal: 10_000,
             max_outcome_bytes: 65_536,
             max_total_outcome_bytes: 64 * 1024 * 1024,
             sweep_interval: "5s".into(),
+            claim_lease: "2s".into(),
             redis: RawRedis::default(),
             rules: Vec::new(),
         }
@@ -156,12 +164,18 @@ pub struct SingleUseConfig {
     pub store: StoreKind,
     /// Memory store: most ids held at once (live claims and kept outcomes).
     pub max_entries: usize,
+    /// Memory store: most ids one principal holds at once (the anonymous principal of
+    /// `auth.mode = "none"` is not limited by it).
+    pub max_entries_per_principal: usize,
     /// Largest outcome kept for duplicates; bigger ones are dropped (`DoneNotKept`).
     pub max_outcome_bytes: usize,
     /// Memory store: most bytes of kept outcomes held at once.
     pub max_total_outcome_bytes: usize,
     /// Memory store: how often expired entries are swept.
     pub sweep_interval: Duration,
+    /// How long a claim whose owner has not started its call keeps others out; after it, a
+    /// retry may take the claim over (the owner never started, so the call runs once).
+    pub claim_lease: Duration,
     pub redis: RedisConfig,
     pub policy: PolicyTable,
 }
@@ -191,6 +205,12 @@ impl SingleUseConfig {
         };
         let default = parse_policy("single_use.policy", &raw.policy)?;
         let max_entries = positive("single_use.max_entries", raw.max_entries)?;
+        let max_entries_per_principal = positive(
+            "single_use.max_entries_per_principal",
+            raw.max_entries_per_principal,
+        )?;
+        // Above max_entries it would never be reached first: it acts as max_entries.
+        let max_entries_per_principal = max_entries_per_principal.min(max_entries);
         if raw.max_outcome_bytes > MAX_OUTCOME_BYTES_LIMIT {
             return Err(ConfigError::new(
                 "single_use.max_outcome_bytes",
@@ -202,14 +222,24 @@ impl SingleUseConfig {
         let max_total_outcome_bytes = usize::try_from(raw.max_total_outcome_bytes)
             .map_err(|_| ConfigError::new("single_use.max_total_outcome_bytes", "too large"))?;
         let sweep_interval = nonzero_duration("single_use.sweep_interval", &raw.sweep_interval)?;
+        let claim_lease = parse_duration(&raw.claim_lease)
+            .map_err(|m| ConfigError::new("single_use.claim_lease", m))?;
+        if !(CLAIM_LEASE_MIN..=CLAIM_LEASE_MAX).contains(&claim_lease) {
+            return Err(ConfigError::new(
+                "single_use.claim_lease",
+                format!("must be between {CLAIM_LEASE_MIN:?} and {CLAIM_LEASE_MAX:?}"),
+            ));
+        }
         let redis = redis_from_raw(&raw.redis, base_dir)?;
         let rules = rules_from_raw(&raw.rules)?;
         Ok(SingleUseConfig {
             store,
             max_entries,
+            max_entries_per_principal,
             max_outcome_bytes,
             max_total_outcome_bytes,
             sweep_interval,
+            claim_lease,
             redis,
             policy: PolicyTable::new(default, rules),
         })
@@ -421,6 +451,8 @@ mod tests {
         let c = SingleUseConfig::default();
         assert_eq!(c.store, StoreKind::Memory);
         assert_eq!(c.max_entries, 100_000);
+        assert_eq!(c.max_entries_per_principal, 10_000);
+        assert_eq!(c.claim_lease, Duration::from_secs(2));
         assert_eq!(c.max_outcome_bytes, 65_536);
         assert_eq!(c.max_total_outcome_bytes, 64 * 1024 * 1024);
         assert_eq!(c.sweep_interval, Duration::from_secs(5));
@@ -437,6 +469,13 @@ mod tests {
         assert_eq!(err_key("store = \"disk\""), "single_use.store");
         assert_eq!(err_key("policy = \"sometimes\""), "single_use.policy");
         assert_eq!(err_key("max_entries = 0"), "single_use.max_entries");
+        assert_eq!(
+            err_key("max_entries_per_principal = 0"),
+            "single_use.max_entries_per_principal"
+        );
+        assert_eq!(err_key("claim_lease = \"50ms\""), "single_use.claim_lease");
+        assert_eq!(err_key("claim_lease = \"2m\""), "single_use.claim_lease");
+        assert_eq!(err_key("claim_lease = \"soon\""), "single_use.claim_lease");
         assert_eq!(
             err_key("max_outcome_bytes = 100000000"),
             "single_use.max_outcome_bytes"
@@ -515,6 +554,14 @@ mod tests {
     }
 
     #[test]
+    fn a_per_principal_quota_above_the_store_size_acts_as_the_store_size() {
+        let c = parse("max_entries = 10").unwrap();
+        assert_eq!(c.max_entries_per_principal, 10);
+        let c = parse("max_entries = 10\nmax_entries_per_principal = 3").unwrap();
+        assert_eq!(c.max_entries_per_principal, 3);
+    }
+
+    #[test]
     fn several_urls_mean_a_cluster() {
         let c = parse("[redis]\nurls = [\"redis://10.0.0.1:7000\", \"redis://10.0.0.2:7000\"]")
             .unwrap();
@@ -533,9 +580,11 @@ mod tests {
             "store",
             "policy",
             "max_entries",
+            "max_entries_per_principal",
             "max_outcome_bytes",
             "max_total_outcome_bytes",
             "sweep_interval",
+            "claim_lease",
         ] {
             assert!(section.contains_key(key), "{key} is not documented");
         }
@@ -554,6 +603,11 @@ mod tests {
         let file = loaded.single_use;
         assert_eq!(file.store, defaults.store);
         assert_eq!(file.max_entries, defaults.max_entries);
+        assert_eq!(
+            file.max_entries_per_principal,
+            defaults.max_entries_per_principal
+        );
+        assert_eq!(file.claim_lease, defaults.claim_lease);
         assert_eq!(file.max_outcome_bytes, defaults.max_outcome_bytes);
         assert_eq!(
             file.max_total_outcome_bytes,

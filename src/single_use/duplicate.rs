@@ -13,7 +13,7 @@
 //!   retry": -32000..-32019 should not be used and -32020..-32099 are reserved by the MCP spec,
 //!   so the generic -32603 is used and the status plus `Retry-After` carry the retry hint.
 //!   Presenting the same state again later returns the first presentation's outcome.
-//! - **Already used → HTTP 409, JSON-RPC -32602.** The state is spent and its outcome was not
+//! - **Already used (or its outcome lost) → HTTP 409, JSON-RPC -32602.** The state is spent and its outcome was not
 //!   kept (too large, or the call ended without a result). From the JSON-RPC view the params
 //!   are no longer acceptable and repeating them can never succeed, which is what -32602 says
 //!   (the same code as every other unusable `requestState`); 409 rather than 400 because the
@@ -47,6 +47,19 @@ pub fn already_used() -> Rejection {
          request again without requestState",
         Fault::Client,
         "state_already_used",
+    )
+}
+
+/// This state's first presentation started its call, but its outcome was never recorded
+/// (its replica went away mid-call): the call may have run, so it does not run again.
+pub fn outcome_lost() -> Rejection {
+    Rejection::new(
+        StatusCode::CONFLICT,
+        codes::INVALID_PARAMS,
+        "this requestState has already been used, and the outcome of that call was lost; send \
+         the request again without requestState",
+        Fault::Client,
+        "state_outcome_lost",
     )
 }
 

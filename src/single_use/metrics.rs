@@ -5,14 +5,29 @@
 //! [`SingleUseMetrics::register`] and hand a clone to each store. Names below are given without
 //! the registry's `mrtr_gateway_` prefix; every label value is one of the fixed strings listed.
 
-use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 /// `claims_total{result}` label values.
-pub const CLAIM_RESULTS: &[&str] = &["acquired", "in_progress", "done", "not_kept"];
+pub const CLAIM_RESULTS: &[&str] = &[
+    "acquired",
+    "taken_over",
+    "in_progress",
+    "done",
+    "not_kept",
+    "lost",
+];
 /// `outcomes_total{result}` label values.
 pub const OUTCOME_RESULTS: &[&str] = &["kept", "too_large", "over_total", "none", "no_claim"];
 /// `errors_total{reason}` label values.
-pub const ERROR_REASONS: &[&str] = &["full", "unavailable", "timeout", "invalid_id"];
+pub const ERROR_REASONS: &[&str] = &[
+    "full",
+    "principal_quota",
+    "unavailable",
+    "timeout",
+    "invalid_id",
+];
+/// `writes_retried_total{op}` label values.
+pub const RETRIED_OPS: &[&str] = &["complete", "release"];
 
 #[derive(Clone)]
 pub struct SingleUseMetrics {
@@ -24,6 +39,14 @@ pub struct SingleUseMetrics {
     pub errors: IntCounterVec,
     /// `single_use_entries`: ids held by the memory store (0 with Redis).
     pub entries: IntGauge,
+    /// `single_use_pending_writes`: outcomes and releases that failed once and are being
+    /// retried in the background until they land or the claim expires.
+    pub pending_writes: IntGauge,
+    /// `single_use_writes_retried_total{op}`: such writes, by operation.
+    pub writes_retried: IntCounterVec,
+    /// `single_use_detached_runs_total`: claimed retries whose client went away mid-call; the
+    /// call was finished anyway and its outcome kept for the next presentation.
+    pub detached_runs: IntCounter,
 }
 
 impl SingleUseMetrics {
@@ -34,6 +57,9 @@ impl SingleUseMetrics {
         registry.register(Box::new(m.outcomes.clone()))?;
         registry.register(Box::new(m.errors.clone()))?;
         registry.register(Box::new(m.entries.clone()))?;
+        registry.register(Box::new(m.pending_writes.clone()))?;
+        registry.register(Box::new(m.writes_retried.clone()))?;
+        registry.register(Box::new(m.detached_runs.clone()))?;
         Ok(m)
     }
 
@@ -49,9 +75,11 @@ impl SingleUseMetrics {
         SingleUseMetrics {
             claims: vec(
                 "single_use_claims_total",
-                "requestState claims, by result: acquired (this retry runs), in_progress \
-                 (a duplicate while the first runs), done (a duplicate given the kept outcome), \
-                 not_kept (a duplicate whose outcome was not kept).",
+                "requestState claims, by result: acquired (this retry runs), taken_over (this \
+                 retry runs: the previous claimant never started its call), in_progress (a \
+                 duplicate while the first runs), done (a duplicate given the kept outcome), \
+                 not_kept (a duplicate whose outcome was not kept), lost (a duplicate of a call \
+                 that started but whose outcome was never recorded).",
                 "result",
                 CLAIM_RESULTS,
             ),
@@ -65,8 +93,9 @@ impl SingleUseMetrics {
             ),
             errors: vec(
                 "single_use_errors_total",
-                "Single-use store failures, each of which refused a call: full, unavailable, \
-                 timeout, invalid_id.",
+                "Single-use store failures, each of which refused a call: full, \
+                 principal_quota (the caller's own share was full), unavailable, timeout, \
+                 invalid_id.",
                 "reason",
                 ERROR_REASONS,
             ),
@@ -74,6 +103,26 @@ impl SingleUseMetrics {
                 "single_use_entries",
                 "Ids held by the in-memory single-use store (claims in progress and kept \
                  outcomes).",
+            )
+            .expect("valid metric"),
+            pending_writes: IntGauge::new(
+                "single_use_pending_writes",
+                "Single-use outcomes and releases being retried in the background after a \
+                 store failure, until they land or their claim expires.",
+            )
+            .expect("valid metric"),
+            writes_retried: vec(
+                "single_use_writes_retried_total",
+                "Single-use writes (complete, release) that failed once and were handed to \
+                 background retries.",
+                "op",
+                RETRIED_OPS,
+            ),
+            detached_runs: IntCounter::new(
+                "single_use_detached_runs_total",
+                "Claimed retries whose client went away mid-call: the call was finished anyway \
+                 (bounded by upstream.call_timeout) and its outcome kept for the next \
+                 presentation of the same state.",
             )
             .expect("valid metric"),
         }
@@ -99,6 +148,9 @@ mod tests {
             "mrtr_gateway_single_use_outcomes_total",
             "mrtr_gateway_single_use_errors_total",
             "mrtr_gateway_single_use_entries",
+            "mrtr_gateway_single_use_pending_writes",
+            "mrtr_gateway_single_use_writes_retried_total",
+            "mrtr_gateway_single_use_detached_runs_total",
         ] {
             assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
         }

@@ -1,49 +1,70 @@
 //! Single use of `requestState`: at most one execution per state, and the same answer for
-//! every duplicate.
+//! every duplicate — also when the store stalls, the client goes away, the configuration is
+//! reloaded, or replicas' clocks differ.
 //!
 //! Every sealed state carries a random id (`StatePayload::id`). Before a retry replays
-//! anything, the engine *claims* that id here, atomically:
+//! anything, the engine *claims* that id here for an [`Owner`] (a random token naming this one
+//! presentation), then *starts* it, and finally records the outcome:
 //!
 //! ```text
-//! claim(id, ttl) ── Acquired ──▶ replay the call ──▶ complete(id, Some(result bytes), ttl)
-//!      │                  │                      └─▶ release(id)  (nothing was sent upstream)
-//!      ├─ InProgress  ─▶ 409 "retry in progress"          (duplicate::in_progress)
-//!      ├─ Done(bytes) ─▶ answer with exactly those result bytes
-//!      ├─ DoneNotKept ─▶ 409 "already used"                (duplicate::already_used)
-//!      └─ Err(_)      ─▶ 503, nothing runs (fail closed)   (Rejection::from(StoreError))
+//! claim(id, owner) ─ Acquired / TakenOver ─▶ start(id, owner) ─ true ─▶ run ─▶ complete(id, owner, result)
+//!      │                                          │                      └──▶ release(id, owner)  (nothing ran)
+//!      │                                          └ false: taken over ─▶ 409 "retry in progress"
+//!      ├─ InProgress   ─▶ 409 "retry in progress"           (duplicate::in_progress)
+//!      ├─ Done(bytes)  ─▶ answer with exactly those result bytes
+//!      ├─ DoneNotKept / Lost ─▶ 409 "already used"          (duplicate::already_used)
+//!      └─ Err(_)       ─▶ 503 (429 for a caller over its quota), nothing runs (fail closed)
 //! ```
 //!
-//! `ttl` is the state's remaining lifetime: once the state has expired no presentation of it
-//! is accepted anyway, so the claim (and the kept outcome) need not outlive it. Remembering
-//! the outcome is the idempotency-key pattern: a client whose response was lost presents the
-//! state again and gets the same result instead of an error or a second execution.
+//! Three phases, so that an outcome the gateway does not know is resolved, never stuck:
+//! - **claimed** (not started) carries a short lease (`single_use.claim_lease`). If the
+//!   claim's answer was lost (a store stall past its command timeout: the claim landed, the
+//!   gateway had already refused the request) or its owner died before starting, a later
+//!   presentation takes the claim over once the lease has passed and runs the call: once,
+//!   because the first owner never started it. The owner also gives such a claim back in the
+//!   background ([`SingleUseStore::release_eventually`]), so the retry usually need not wait.
+//! - **started**: the call may have reached the legacy server, so it never runs again. Its
+//!   owner records the outcome; a write that fails is retried in the background until it
+//!   lands or the claim expires ([`SingleUseStore::complete_eventually`]), and duplicates see
+//!   "in progress" meanwhile, then the outcome. The start carries a run lease (the call's
+//!   longest life, `upstream.call_timeout`, plus the claim lease): a started claim with no
+//!   outcome after it (its replica died) answers duplicates "already used", so the client
+//!   starts over instead of waiting for the state to expire.
+//! - **done**, with the outcome kept (within `max_outcome_bytes`) or not.
+//!
+//! `ttl` is how long the claim must live: at least until no replica can still accept the
+//! state (the engine adds twice `state.clock_skew`, see `mrtr::at_most_once`). Remembering the
+//! outcome is the idempotency-key pattern: a client whose response was lost presents the state
+//! again and gets the same result instead of an error or a second execution.
 //!
 //! Two backends behind one type, [`SingleUseStore`]: [`memory::MemoryStore`] (default, one
-//! replica) and [`redis_store::RedisStore`] (a fleet). Which retries claim at all is decided by
-//! [`policy::PolicyTable`] (`[single_use] policy` and `[[single_use.rules]]`).
+//! replica: claims are **per replica**) and [`redis_store::RedisStore`] (a fleet). Which
+//! retries claim at all is decided by [`policy::PolicyTable`] (`[single_use] policy` and
+//! `[[single_use.rules]]`).
 //!
-//! Caveats for the caller:
-//! - A claim whose holder dies (crash, lost Redis write) stays "in progress" until the state
-//!   expires: duplicates are refused, never run. That is the price of at-most-once.
-//! - If `complete` fails, still answer the client: the call ran. Duplicates will see
-//!   "in progress" until the state expires.
-//! - The memory store lives in the [`SingleUseStore`] value: keep that value across
-//!   configuration reloads that do not change `[single_use]`, or in-flight claims are lost.
+//! Reloads ([`SingleUseStore::reconfigured`]) never forget a claim made on this replica: when
+//! only limits change, the memory store is kept and its limits replaced; when the backend
+//! changes (memory → Redis, another Redis), a memory store that holds claims is *retired*: it
+//! is still asked first, until its entries expire, so a state claimed before the switch is
+//! never claimed again after it. Claims settle in the store that granted them.
 
 pub mod config;
 pub mod duplicate;
+mod eventual;
 pub mod memory;
 pub mod metrics;
 pub mod policy;
 pub mod redis_store;
 mod store_error;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::time::Instant;
 
 pub use config::{SingleUseConfig, StoreKind};
-pub use duplicate::{already_used, in_progress};
+pub use duplicate::{already_used, in_progress, outcome_lost};
 pub use memory::{MemoryLimits, MemoryStore};
 pub use metrics::SingleUseMetrics;
 pub use policy::Policy;
@@ -53,14 +74,20 @@ pub use store_error::StoreError;
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    /// This caller owns the id now and must later `complete` or `release` it.
+    /// This owner holds the id now and must `start` it, then `complete` or `release` it.
     Acquired,
+    /// As `Acquired`, taking over a claim whose owner never started its call within the
+    /// claim lease.
+    TakenOver,
     /// Another presentation holds the id and has not finished.
     InProgress,
     /// Finished; the kept outcome (the JSON-RPC `result` bytes exactly as first sent).
     Done(Bytes),
     /// Finished; the outcome was too large to keep, or there was none.
     DoneNotKept,
+    /// Its call started but no outcome was recorded within the run lease (its replica died):
+    /// the call may have run, so it never runs again, and there is nothing to repeat.
+    Lost,
 }
 
 impl Claim {
@@ -68,10 +95,17 @@ impl Claim {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Claim::Acquired => "acquired",
+            Claim::TakenOver => "taken_over",
             Claim::InProgress => "in_progress",
             Claim::Done(_) => "done",
             Claim::DoneNotKept => "not_kept",
+            Claim::Lost => "lost",
         }
+    }
+
+    /// Whether the claimant now owns the id.
+    pub fn owned(&self) -> bool {
+        matches!(self, Claim::Acquired | Claim::TakenOver)
     }
 }
 
@@ -86,8 +120,8 @@ pub enum Completion {
     OverTotal,
     /// No outcome was given.
     NoOutcome,
-    /// There was no claim in progress for the id (expired, released or already completed);
-    /// nothing was recorded.
+    /// There was no started claim of this owner for the id (expired, released, taken over or
+    /// already completed); nothing was recorded.
     NoClaim,
 }
 
@@ -104,10 +138,67 @@ impl Completion {
     }
 }
 
+/// Who claims an id: a random token naming one presentation of a state, and the principal it
+/// runs for (the memory store's per-principal quota counts by it).
+#[derive(Debug, Clone)]
+pub struct Owner {
+    token: Arc<str>,
+    principal: Arc<str>,
+    exempt: bool,
+}
+
+impl Owner {
+    /// A fresh owner whose ids count against `principal`'s quota.
+    pub fn new(principal: &str) -> Owner {
+        let mut b = [0u8; 16];
+        getrandom::fill(&mut b).expect("the OS random source failed");
+        Owner {
+            token: b
+                .iter()
+                .map(|x| format!("{x:02x}"))
+                .collect::<String>()
+                .into(),
+            principal: principal.into(),
+            exempt: false,
+        }
+    }
+
+    /// A fresh owner not limited by the per-principal quota (a principal that stands for
+    /// every caller, such as `anonymous` under `auth.mode = "none"`).
+    pub fn exempt(principal: &str) -> Owner {
+        Owner {
+            exempt: true,
+            ..Owner::new(principal)
+        }
+    }
+
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    pub fn principal(&self) -> &str {
+        &self.principal
+    }
+
+    fn token_arc(&self) -> Arc<str> {
+        self.token.clone()
+    }
+
+    /// The principal to count the id against, unless exempt.
+    fn quota_principal(&self) -> Option<Arc<str>> {
+        (!self.exempt).then(|| self.principal.clone())
+    }
+}
+
 /// The claim store the engine uses; cheap to clone (clones share the backend).
 #[derive(Clone)]
 pub struct SingleUseStore {
     backend: Backend,
+    /// Memory stores replaced by reloads that still held entries: asked before `backend`
+    /// until they are empty.
+    retired: Arc<Vec<MemoryStore>>,
+    /// What `backend` was built from (`[single_use]` without the policy rules).
+    settings: String,
     metrics: SingleUseMetrics,
 }
 
@@ -127,6 +218,31 @@ fn valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+fn memory_limits(cfg: &SingleUseConfig) -> MemoryLimits {
+    MemoryLimits {
+        max_entries: cfg.max_entries,
+        max_entries_per_principal: cfg.max_entries_per_principal,
+        max_outcome_bytes: cfg.max_outcome_bytes,
+        max_total_outcome_bytes: cfg.max_total_outcome_bytes,
+        sweep_interval: cfg.sweep_interval,
+        claim_lease: cfg.claim_lease,
+    }
+}
+
+/// The parts of `[single_use]` the backend is built from (the policy rules are read per
+/// request from the configuration in force, not from the store). The URLs are compared as
+/// written: their `Debug` form hides the password, and a new password needs a new client.
+fn settings_of(cfg: &SingleUseConfig) -> String {
+    let urls: Vec<&str> = cfg.redis.urls.iter().map(|u| u.as_str()).collect();
+    format!(
+        "{:?} {urls:?} {:?} {:?} {:?}",
+        cfg.store,
+        cfg.redis,
+        memory_limits(cfg),
+        cfg.max_outcome_bytes
+    )
+}
+
 impl SingleUseStore {
     /// Builds the configured backend; must be called inside a Tokio runtime. A Redis store does
     /// not connect here (see [`RedisStore`]), so an unreachable Redis is not an error yet.
@@ -136,20 +252,24 @@ impl SingleUseStore {
     ) -> Result<SingleUseStore, StoreError> {
         let backend = match cfg.store {
             StoreKind::Memory => Backend::Memory(MemoryStore::new(
-                MemoryLimits {
-                    max_entries: cfg.max_entries,
-                    max_outcome_bytes: cfg.max_outcome_bytes,
-                    max_total_outcome_bytes: cfg.max_total_outcome_bytes,
-                    sweep_interval: cfg.sweep_interval,
-                },
+                memory_limits(cfg),
                 metrics.entries.clone(),
             )),
             StoreKind::Redis => {
                 metrics.entries.set(0);
-                Backend::Redis(RedisStore::new(&cfg.redis, cfg.max_outcome_bytes)?)
+                Backend::Redis(RedisStore::new(
+                    &cfg.redis,
+                    cfg.max_outcome_bytes,
+                    cfg.claim_lease,
+                )?)
             }
         };
-        Ok(SingleUseStore { backend, metrics })
+        Ok(SingleUseStore {
+            backend,
+            retired: Arc::new(Vec::new()),
+            settings: settings_of(cfg),
+            metrics,
+        })
     }
 
     /// [`SingleUseStore::build`], for async callers.
@@ -160,15 +280,73 @@ impl SingleUseStore {
         Self::build(cfg, metrics)
     }
 
-    /// Claims `id` for `ttl` (the state's remaining lifetime), or reports what holds it.
-    pub async fn claim(&self, id: &str, ttl: Duration) -> Result<Claim, StoreError> {
-        let result = if valid_id(id) {
-            match &self.backend {
-                Backend::Memory(m) => m.claim(id, ttl),
-                Backend::Redis(r) => r.claim(id, ttl).await,
+    /// The store to use after a reload to `cfg`, or `None` when this one serves unchanged.
+    /// Nothing this replica claimed is forgotten: memory → memory keeps the store (with the
+    /// new limits); any other change builds the new backend and retires a memory store that
+    /// still holds entries (asked first until they expire). Claims in flight settle in the
+    /// store that granted them. Leaving a Redis store leaves its claims in Redis (they are
+    /// the fleet's, and Redis keeps them); moving to memory makes claims per replica again.
+    pub fn reconfigured(
+        &self,
+        cfg: &SingleUseConfig,
+    ) -> Result<Option<SingleUseStore>, StoreError> {
+        let settings = settings_of(cfg);
+        if settings == self.settings {
+            return Ok(None);
+        }
+        let mut retired: Vec<MemoryStore> = self
+            .retired
+            .iter()
+            .filter(|m| !m.is_empty())
+            .cloned()
+            .collect();
+        let backend = match (&self.backend, cfg.store) {
+            (Backend::Memory(m), StoreKind::Memory) => {
+                m.set_limits(memory_limits(cfg));
+                tracing::info!(
+                    entries = m.len(),
+                    "single-use limits changed; the memory store and its claims are kept"
+                );
+                Backend::Memory(m.clone())
             }
-        } else {
+            (old, _) => {
+                let new = SingleUseStore::build(cfg, self.metrics.clone())?;
+                if let Backend::Memory(m) = old
+                    && !m.is_empty()
+                {
+                    tracing::info!(
+                        entries = m.len(),
+                        to = new.kind(),
+                        "single-use store switched; the claims held in memory are still                          honoured on this replica until they expire"
+                    );
+                    retired.push(m.clone());
+                }
+                new.backend
+            }
+        };
+        if let Backend::Memory(_) = backend {
+            warn_per_replica();
+        }
+        Ok(Some(SingleUseStore {
+            backend,
+            retired: Arc::new(retired),
+            settings,
+            metrics: self.metrics.clone(),
+        }))
+    }
+
+    /// Claims `id` for `owner` for `ttl` (how long no replica may claim it again), or
+    /// reports what holds it. A retired memory store that still knows the id answers first.
+    pub async fn claim(&self, id: &str, owner: &Owner, ttl: Duration) -> Result<Claim, StoreError> {
+        let result = if !valid_id(id) {
             Err(StoreError::InvalidId)
+        } else if let Some(found) = self.retired.iter().find_map(|m| m.peek(id)) {
+            Ok(found)
+        } else {
+            match &self.backend {
+                Backend::Memory(m) => m.claim(id, owner, ttl),
+                Backend::Redis(r) => r.claim(id, owner, ttl).await,
+            }
         };
         match &result {
             Ok(claim) => self
@@ -181,23 +359,36 @@ impl SingleUseStore {
         result
     }
 
-    /// Records the outcome of an `Acquired` claim for `ttl`: `Some(result bytes)` is kept for
-    /// duplicates when it fits `max_outcome_bytes`; `None` or a larger one makes duplicates
-    /// get "already used".
+    /// Marks `owner`'s claim on `id` started (its call may now reach the legacy server) with
+    /// `run_lease` to record the outcome. `Ok(false)`: the claim was taken over, do not run.
+    pub async fn start(
+        &self,
+        id: &str,
+        owner: &Owner,
+        run_lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let result = match self.backend_for(id) {
+            Err(e) => Err(e),
+            Ok(Backend::Memory(m)) => Ok(m.start(id, owner, run_lease)),
+            Ok(Backend::Redis(r)) => r.start(id, owner, run_lease).await,
+        };
+        if let Err(e) = &result {
+            self.count_error(e);
+        }
+        result
+    }
+
+    /// Records the outcome of `owner`'s started claim for `ttl`: `Some(result bytes)` is kept
+    /// for duplicates when it fits `max_outcome_bytes`; `None` or a larger one makes
+    /// duplicates get "already used".
     pub async fn complete(
         &self,
         id: &str,
+        owner: &Owner,
         outcome: Option<&[u8]>,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
-        let result = if valid_id(id) {
-            match &self.backend {
-                Backend::Memory(m) => Ok(m.complete(id, outcome, ttl)),
-                Backend::Redis(r) => r.complete(id, outcome, ttl).await,
-            }
-        } else {
-            Err(StoreError::InvalidId)
-        };
+        let result = self.backend_complete(id, owner, outcome, ttl).await;
         match &result {
             Ok(done) => self
                 .metrics
@@ -209,22 +400,58 @@ impl SingleUseStore {
         result
     }
 
-    /// Gives back an `Acquired` claim when nothing was executed (e.g. the legacy server could
-    /// not be reached before the call was sent), so the client may retry with the same state.
-    /// A finished claim is never released. True when a claim in progress was removed.
-    pub async fn release(&self, id: &str) -> Result<bool, StoreError> {
-        let result = if valid_id(id) {
-            match &self.backend {
-                Backend::Memory(m) => Ok(m.release(id)),
-                Backend::Redis(r) => r.release(id).await,
-            }
-        } else {
-            Err(StoreError::InvalidId)
-        };
+    /// Gives back `owner`'s claim when its call never ran (the legacy server could not be
+    /// reached before the call was sent, or the owner refused to run it), so the client may
+    /// retry with the same state. A finished claim is never released. True when a claim was
+    /// removed.
+    pub async fn release(&self, id: &str, owner: &Owner) -> Result<bool, StoreError> {
+        let result = self.backend_release(id, owner).await;
         if let Err(e) = &result {
             self.count_error(e);
         }
         result
+    }
+
+    /// [`SingleUseStore::complete`], and when that fails, retries in the background until the
+    /// outcome lands or `until` (the claim's expiry) passes. Duplicates see "in progress"
+    /// until then.
+    pub async fn complete_eventually(
+        &self,
+        id: &str,
+        owner: &Owner,
+        outcome: Option<Vec<u8>>,
+        until: Instant,
+    ) {
+        let ttl = until.saturating_duration_since(Instant::now());
+        if let Err(e) = self.complete(id, owner, outcome.as_deref(), ttl).await {
+            tracing::warn!(error = %e, "could not record a single-use outcome; retrying in the background");
+            eventual::retry(
+                self.clone(),
+                eventual::Write::Complete {
+                    id: id.to_owned(),
+                    owner: owner.clone(),
+                    outcome,
+                },
+                until,
+            );
+        }
+    }
+
+    /// [`SingleUseStore::release`], retried in the background (until `until`) when it fails.
+    /// For an owner whose claim or start failed in a way that may still have landed: it never
+    /// runs the call, so its claim can go.
+    pub async fn release_eventually(&self, id: &str, owner: &Owner, until: Instant) {
+        if let Err(e) = self.release(id, owner).await {
+            tracing::warn!(error = %e, "could not give back a single-use claim; retrying in the background");
+            eventual::retry(
+                self.clone(),
+                eventual::Write::Release {
+                    id: id.to_owned(),
+                    owner: owner.clone(),
+                },
+                until,
+            );
+        }
     }
 
     /// Readiness: Ok when claims can be made (always for memory; a PING for Redis).
@@ -243,6 +470,11 @@ impl SingleUseStore {
         }
     }
 
+    /// Whether claims are this replica's alone (the memory store).
+    pub fn per_replica(&self) -> bool {
+        matches!(self.backend, Backend::Memory(_))
+    }
+
     /// Ids held by the memory store; `None` for Redis.
     pub fn entries(&self) -> Option<usize> {
         match &self.backend {
@@ -251,14 +483,68 @@ impl SingleUseStore {
         }
     }
 
+    /// Memory stores retired by reloads and still holding entries.
+    pub fn retired_stores(&self) -> usize {
+        self.retired.iter().filter(|m| !m.is_empty()).count()
+    }
+
+    pub(crate) fn metrics(&self) -> &SingleUseMetrics {
+        &self.metrics
+    }
+
+    fn backend_for(&self, id: &str) -> Result<&Backend, StoreError> {
+        if valid_id(id) {
+            Ok(&self.backend)
+        } else {
+            Err(StoreError::InvalidId)
+        }
+    }
+
+    /// `complete` without counting (background retries count once, when they give up).
+    async fn backend_complete(
+        &self,
+        id: &str,
+        owner: &Owner,
+        outcome: Option<&[u8]>,
+        ttl: Duration,
+    ) -> Result<Completion, StoreError> {
+        match self.backend_for(id)? {
+            Backend::Memory(m) => Ok(m.complete(id, owner, outcome, ttl)),
+            Backend::Redis(r) => r.complete(id, owner, outcome, ttl).await,
+        }
+    }
+
+    /// `release` without counting.
+    async fn backend_release(&self, id: &str, owner: &Owner) -> Result<bool, StoreError> {
+        match self.backend_for(id)? {
+            Backend::Memory(m) => Ok(m.release(id, owner)),
+            Backend::Redis(r) => r.release(id, owner).await,
+        }
+    }
+
     fn count_error(&self, e: &StoreError) {
-        // Each of these refused a client's call; the detail (Redis error text) is only here.
-        tracing::warn!(store = self.kind(), error = %e, "single-use store failure");
+        if let StoreError::PrincipalQuota { .. } = e {
+            // The caller's own doing; counted, not worth a warning per request.
+            tracing::debug!(error = %e, "single-use claim refused");
+        } else {
+            // Each of these refused a client's call; the detail (Redis error text) is only here.
+            tracing::warn!(store = self.kind(), error = %e, "single-use store failure");
+        }
         self.metrics
             .errors
             .with_label_values(&[e.metric_reason()])
             .inc();
     }
+}
+
+/// The start-up (and reload) notice for the memory store.
+pub fn warn_per_replica() {
+    tracing::warn!(
+        store = "memory",
+        "single-use claims are kept per replica: a duplicate retry that reaches another replica \
+         is not recognised and runs the call again; run one replica, or set [single_use] store \
+         = \"redis\" for a fleet"
+    );
 }
 
 #[cfg(test)]
@@ -267,13 +553,17 @@ mod tests {
 
     const MINUTE: Duration = Duration::from_secs(60);
 
-    async fn memory_store(metrics: &SingleUseMetrics, max_entries: usize) -> SingleUseStore {
+    fn memory_config(max_entries: usize) -> SingleUseConfig {
         let raw = config::RawSingleUse {
             max_entries: max_entries as u64,
+            max_entries_per_principal: max_entries as u64,
             ..Default::default()
         };
-        let cfg = SingleUseConfig::from_raw(&raw, None).unwrap();
-        SingleUseStore::from_config(&cfg, metrics.clone())
+        SingleUseConfig::from_raw(&raw, None).unwrap()
+    }
+
+    async fn memory_store(metrics: &SingleUseMetrics, max_entries: usize) -> SingleUseStore {
+        SingleUseStore::from_config(&memory_config(max_entries), metrics.clone())
             .await
             .unwrap()
     }
@@ -282,30 +572,44 @@ mod tests {
         v.with_label_values(&[label]).get()
     }
 
+    fn owner() -> Owner {
+        Owner::new("p")
+    }
+
     #[tokio::test]
     async fn every_claim_completion_and_error_is_counted() {
         let m = SingleUseMetrics::unregistered();
         let s = memory_store(&m, 1).await;
         assert_eq!(s.kind(), "memory");
-        assert_eq!(s.claim("id1", MINUTE).await.unwrap(), Claim::Acquired);
-        assert_eq!(s.claim("id1", MINUTE).await.unwrap(), Claim::InProgress);
+        let o = owner();
+        assert_eq!(s.claim("id1", &o, MINUTE).await.unwrap(), Claim::Acquired);
+        assert_eq!(
+            s.claim("id1", &owner(), MINUTE).await.unwrap(),
+            Claim::InProgress
+        );
         assert_eq!(m.entries.get(), 1);
         assert!(matches!(
-            s.claim("id2", MINUTE).await,
+            s.claim("id2", &owner(), MINUTE).await,
+            Err(StoreError::PrincipalQuota { limit: 1, .. })
+        ));
+        assert!(matches!(
+            s.claim("id2", &Owner::new("q"), MINUTE).await,
             Err(StoreError::Full { .. })
         ));
+        assert!(s.start("id1", &o, MINUTE).await.unwrap());
         assert_eq!(
-            s.complete("id1", Some(b"{}"), MINUTE).await.unwrap(),
+            s.complete("id1", &o, Some(b"{}"), MINUTE).await.unwrap(),
             Completion::Kept
         );
         assert_eq!(
-            s.claim("id1", MINUTE).await.unwrap(),
+            s.claim("id1", &owner(), MINUTE).await.unwrap(),
             Claim::Done(Bytes::from_static(b"{}"))
         );
         assert_eq!(count(&m.claims, "acquired"), 1);
         assert_eq!(count(&m.claims, "in_progress"), 1);
         assert_eq!(count(&m.claims, "done"), 1);
         assert_eq!(count(&m.errors, "full"), 1);
+        assert_eq!(count(&m.errors, "principal_quota"), 1);
         assert_eq!(count(&m.outcomes, "kept"), 1);
         assert_eq!(s.entries(), Some(1));
         s.health().await.unwrap();
@@ -316,9 +620,13 @@ mod tests {
     async fn store_futures_are_send() {
         fn assert_send<T: Send>(_: &T) {}
         let s = memory_store(&SingleUseMetrics::unregistered(), 10).await;
-        assert_send(&s.claim("a", MINUTE));
-        assert_send(&s.complete("a", None, MINUTE));
-        assert_send(&s.release("a"));
+        let o = owner();
+        assert_send(&s.claim("a", &o, MINUTE));
+        assert_send(&s.start("a", &o, MINUTE));
+        assert_send(&s.complete("a", &o, None, MINUTE));
+        assert_send(&s.release("a", &o));
+        assert_send(&s.complete_eventually("a", &o, None, Instant::now()));
+        assert_send(&s.release_eventually("a", &o, Instant::now()));
         assert_send(&s.health());
     }
 
@@ -327,10 +635,109 @@ mod tests {
         let m = SingleUseMetrics::unregistered();
         let s = memory_store(&m, 10).await;
         for bad in ["", "a{b}", "with space", &"x".repeat(65)] {
-            assert_eq!(s.claim(bad, MINUTE).await, Err(StoreError::InvalidId));
+            assert_eq!(
+                s.claim(bad, &owner(), MINUTE).await,
+                Err(StoreError::InvalidId)
+            );
         }
         assert_eq!(count(&m.errors, "invalid_id"), 4);
         assert_eq!(s.entries(), Some(0));
         assert!(valid_id("AAECAwQFBgcICQoLDA0ODw"));
+    }
+
+    #[tokio::test]
+    async fn a_reload_that_changes_only_limits_keeps_the_memory_store_and_its_claims() {
+        let m = SingleUseMetrics::unregistered();
+        let s = memory_store(&m, 10).await;
+        let o = owner();
+        s.claim("kept", &o, MINUTE).await.unwrap();
+        assert!(s.start("kept", &o, MINUTE).await.unwrap());
+        assert!(
+            s.reconfigured(&memory_config(10)).unwrap().is_none(),
+            "nothing changed"
+        );
+        let reloaded = s.reconfigured(&memory_config(20)).unwrap().unwrap();
+        assert_eq!(reloaded.kind(), "memory");
+        assert_eq!(
+            reloaded.claim("kept", &owner(), MINUTE).await.unwrap(),
+            Claim::InProgress
+        );
+        // The claim settles through the store that granted it and the reloaded one sees it.
+        s.complete("kept", &o, Some(b"1"), MINUTE).await.unwrap();
+        assert_eq!(
+            reloaded.claim("kept", &owner(), MINUTE).await.unwrap(),
+            Claim::Done(Bytes::from_static(b"1"))
+        );
+        assert_eq!(reloaded.retired_stores(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_new_redis_password_is_a_new_store() {
+        let cfg = |url: &str| {
+            let mut raw = config::RawSingleUse {
+                store: "redis".into(),
+                ..Default::default()
+            };
+            raw.redis.urls = vec![url.into()];
+            SingleUseConfig::from_raw(&raw, None).unwrap()
+        };
+        let s = SingleUseStore::build(
+            &cfg("redis://:old@127.0.0.1:1/0"),
+            SingleUseMetrics::unregistered(),
+        )
+        .unwrap();
+        assert!(
+            s.reconfigured(&cfg("redis://:old@127.0.0.1:1/0"))
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            s.reconfigured(&cfg("redis://:new@127.0.0.1:1/0"))
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reload_to_another_backend_still_honours_the_claims_held_in_memory() {
+        let m = SingleUseMetrics::unregistered();
+        let s = memory_store(&m, 10).await;
+        let done = owner();
+        s.claim("done", &done, MINUTE).await.unwrap();
+        s.start("done", &done, MINUTE).await.unwrap();
+        s.complete("done", &done, Some(b"{}"), MINUTE)
+            .await
+            .unwrap();
+        let running = owner();
+        s.claim("running", &running, MINUTE).await.unwrap();
+        s.start("running", &running, MINUTE).await.unwrap();
+        // A Redis that is not there: the retired memory store answers without asking it.
+        let mut raw = config::RawSingleUse {
+            store: "redis".into(),
+            ..Default::default()
+        };
+        raw.redis.urls = vec!["redis://127.0.0.1:1/0".into()];
+        raw.redis.command_timeout = "100ms".into();
+        raw.redis.connect_timeout = "100ms".into();
+        let cfg = SingleUseConfig::from_raw(&raw, None).unwrap();
+        let switched = s.reconfigured(&cfg).unwrap().unwrap();
+        assert_eq!(switched.kind(), "redis");
+        assert_eq!(switched.retired_stores(), 1);
+        assert_eq!(
+            switched.claim("done", &owner(), MINUTE).await.unwrap(),
+            Claim::Done(Bytes::from_static(b"{}"))
+        );
+        assert_eq!(
+            switched.claim("running", &owner(), MINUTE).await.unwrap(),
+            Claim::InProgress
+        );
+        // An id the memory store never saw goes to the new backend (unreachable: fail closed).
+        assert!(
+            switched
+                .claim("fresh", &owner(), MINUTE)
+                .await
+                .unwrap_err()
+                .may_have_landed()
+        );
     }
 }

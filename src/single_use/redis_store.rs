@@ -1,16 +1,24 @@
 //! The shared claim store: Redis, so that every replica sees every claim.
 //!
 //! Keys, for claim id `I` and prefix `P` (default `mrtr:`):
-//! - `P{I}:claim` — `p` while in progress, `d` when done with a kept outcome, `n` when done
-//!   without one; set with `PX` = the state's remaining lifetime.
-//! - `P{I}:outcome` — the kept outcome bytes, same expiry.
+//! - `P{I}:claim` — `c:<owner>` while claimed and not started, `s:<owner>` once the owner's
+//!   call may have run, `d` when done with a kept outcome, `n` when done without one; set with
+//!   `PX` = the claim's lifetime (see [`super`]).
+//! - `P{I}:lease` — present while the owner is expected to act: after a claim, for
+//!   `single_use.claim_lease` (to start its call); after a start, for the run lease (to record
+//!   its outcome). Expiry is Redis's own, so replicas' clocks do not matter.
+//! - `P{I}:outcome` — the kept outcome bytes, same expiry as the claim.
 //!
-//! The `{I}` hash tag puts both keys in one cluster slot, so each operation below is one Lua
+//! The `{I}` hash tag puts the keys in one cluster slot, so each operation below is one Lua
 //! script touching one slot: atomic on a single server and on Redis Cluster alike.
-//! - **claim**: `SET claim p NX PX ttl`; if it was not set, read the claim (and the outcome).
-//! - **complete**: only if the claim is still `p`, store the outcome and flip the claim to
-//!   `d`/`n`, both with the new `PX`.
-//! - **release**: delete the claim only if it is still `p`.
+//! - **claim**: an absent claim becomes `c:<owner>` with a claim lease; a `c:` claim whose
+//!   lease is gone is taken over the same way (its owner never started); otherwise the script
+//!   reports what it found (a started claim without a lease: its outcome was lost).
+//! - **start**: only if the claim is still `c:<owner>`, it becomes `s:<owner>` with the run
+//!   lease. A claim that was taken over is not the owner's any more: the owner must not run.
+//! - **complete**: only if the claim is `s:<owner>`, store the outcome and flip the claim to
+//!   `d`/`n`, both with the new `PX`, and drop the lease.
+//! - **release**: delete the claim only if it is still the owner's (`c:` or `s:`).
 //!
 //! Every call is bounded by `command_timeout` (the connection wait included), and any failure
 //! is an error, never a guess: the caller refuses the request (fail closed). Redis answering
@@ -33,45 +41,75 @@ use redis::cluster_async::ClusterConnection;
 use redis::{FromRedisValue, RedisError, Script, ScriptInvocation, TlsCertificates};
 
 use super::config::RedisConfig;
-use super::{Claim, Completion, StoreError};
+use super::{Claim, Completion, Owner, StoreError};
 
 /// Longest wait between two reconnection attempts while Redis is down.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 /// `Retry-After` hint when Redis is out of memory.
 const OOM_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+// KEYS: claim, outcome, lease. ARGV: ttl ms, claim lease ms, owner token.
+// Replies: {'a'} acquired, {'t'} taken over, {'p'} in progress, {'l'} started but its outcome
+// lost, {'d', outcome} done and kept, {'n'} done without a kept outcome.
 const CLAIM_SCRIPT: &str = r"
-if redis.call('SET', KEYS[1], 'p', 'NX', 'PX', ARGV[1]) then
+local current = redis.call('GET', KEYS[1])
+if not current then
+  redis.call('SET', KEYS[1], 'c:' .. ARGV[3], 'PX', ARGV[1])
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
   return {'a'}
 end
-local state = redis.call('GET', KEYS[1])
-if state == 'd' then
+if current == 'd' then
   local outcome = redis.call('GET', KEYS[2])
   if outcome then
     return {'d', outcome}
   end
   return {'n'}
 end
-if state == 'n' then
+if current == 'n' then
   return {'n'}
+end
+local phase = string.sub(current, 1, 2)
+local leased = redis.call('EXISTS', KEYS[3]) == 1
+if phase == 'c:' and not leased then
+  redis.call('SET', KEYS[1], 'c:' .. ARGV[3], 'PX', ARGV[1])
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
+  return {'t'}
+end
+if phase == 's:' and not leased then
+  return {'l'}
 end
 return {'p'}
 ";
 
+// KEYS: claim, lease. ARGV: owner token, run lease ms. 1 when the owner's claim is now started.
+const START_SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) ~= 'c:' .. ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], 's:' .. ARGV[1], 'KEEPTTL')
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+return 1
+";
+
+// KEYS: claim, outcome, lease. ARGV: ttl ms, 'd' or 'n', outcome, owner token.
 const COMPLETE_SCRIPT: &str = r"
-if redis.call('GET', KEYS[1]) ~= 'p' then
+if redis.call('GET', KEYS[1]) ~= 's:' .. ARGV[4] then
   return 0
 end
 if ARGV[2] == 'd' then
   redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[1])
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
+redis.call('DEL', KEYS[3])
 return 1
 ";
 
+// KEYS: claim, lease. ARGV: owner token. 1 when the owner's claim (claimed or started) went.
 const RELEASE_SCRIPT: &str = r"
-if redis.call('GET', KEYS[1]) == 'p' then
-  return redis.call('DEL', KEYS[1])
+local current = redis.call('GET', KEYS[1])
+if current == 'c:' .. ARGV[1] or current == 's:' .. ARGV[1] then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return 1
 end
 return 0
 ";
@@ -82,6 +120,7 @@ pub struct RedisStore {
     conn: Connection,
     prefix: Arc<str>,
     command_timeout: Duration,
+    claim_lease: Duration,
     max_outcome_bytes: usize,
     scripts: Arc<Scripts>,
 }
@@ -94,13 +133,18 @@ enum Connection {
 
 struct Scripts {
     claim: Script,
+    start: Script,
     complete: Script,
     release: Script,
 }
 
 impl RedisStore {
     /// Prepares the client without connecting; must be called inside a Tokio runtime.
-    pub fn new(cfg: &RedisConfig, max_outcome_bytes: usize) -> Result<RedisStore, StoreError> {
+    pub fn new(
+        cfg: &RedisConfig,
+        max_outcome_bytes: usize,
+        claim_lease: Duration,
+    ) -> Result<RedisStore, StoreError> {
         let invalid = |e: RedisError| StoreError::Unavailable(format!("invalid Redis setup: {e}"));
         let roots = || TlsCertificates {
             client_tls: None,
@@ -140,30 +184,37 @@ impl RedisStore {
             conn,
             prefix: cfg.key_prefix.as_str().into(),
             command_timeout: cfg.command_timeout,
+            claim_lease,
             max_outcome_bytes,
             scripts: Arc::new(Scripts {
                 claim: Script::new(CLAIM_SCRIPT),
+                start: Script::new(START_SCRIPT),
                 complete: Script::new(COMPLETE_SCRIPT),
                 release: Script::new(RELEASE_SCRIPT),
             }),
         })
     }
 
-    pub async fn claim(&self, id: &str, ttl: Duration) -> Result<Claim, StoreError> {
-        let (claim_key, outcome_key) = self.keys(id);
+    pub async fn claim(&self, id: &str, owner: &Owner, ttl: Duration) -> Result<Claim, StoreError> {
+        let keys = self.keys(id);
         let reply: Vec<Vec<u8>> = self
             .invoke(
                 self.scripts
                     .claim
-                    .key(claim_key)
-                    .key(outcome_key)
-                    .arg(ttl_millis(ttl)),
+                    .key(&keys.claim)
+                    .key(&keys.outcome)
+                    .key(&keys.lease)
+                    .arg(ttl_millis(ttl))
+                    .arg(ttl_millis(self.claim_lease))
+                    .arg(owner.token()),
             )
             .await?;
         let mut parts = reply.into_iter();
         match (parts.next().as_deref(), parts.next()) {
             (Some(b"a"), None) => Ok(Claim::Acquired),
+            (Some(b"t"), None) => Ok(Claim::TakenOver),
             (Some(b"p"), None) => Ok(Claim::InProgress),
+            (Some(b"l"), None) => Ok(Claim::Lost),
             (Some(b"d"), Some(outcome)) => Ok(Claim::Done(Bytes::from(outcome))),
             (Some(b"n"), None) => Ok(Claim::DoneNotKept),
             _ => Err(StoreError::Unavailable(
@@ -172,13 +223,34 @@ impl RedisStore {
         }
     }
 
+    pub async fn start(
+        &self,
+        id: &str,
+        owner: &Owner,
+        run_lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let keys = self.keys(id);
+        let started: i64 = self
+            .invoke(
+                self.scripts
+                    .start
+                    .key(&keys.claim)
+                    .key(&keys.lease)
+                    .arg(owner.token())
+                    .arg(ttl_millis(run_lease)),
+            )
+            .await?;
+        Ok(started == 1)
+    }
+
     pub async fn complete(
         &self,
         id: &str,
+        owner: &Owner,
         outcome: Option<&[u8]>,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
-        let (claim_key, outcome_key) = self.keys(id);
+        let keys = self.keys(id);
         let (kept, result): (&[u8], _) = match outcome {
             None => (&[], Completion::NoOutcome),
             Some(b) if b.len() > self.max_outcome_bytes => (&[], Completion::TooLarge),
@@ -189,11 +261,13 @@ impl RedisStore {
             .invoke(
                 self.scripts
                     .complete
-                    .key(claim_key)
-                    .key(outcome_key)
+                    .key(&keys.claim)
+                    .key(&keys.outcome)
+                    .key(&keys.lease)
                     .arg(ttl_millis(ttl))
                     .arg(flag)
-                    .arg(kept),
+                    .arg(kept)
+                    .arg(owner.token()),
             )
             .await?;
         Ok(if updated == 1 {
@@ -203,9 +277,17 @@ impl RedisStore {
         })
     }
 
-    pub async fn release(&self, id: &str) -> Result<bool, StoreError> {
-        let (claim_key, _) = self.keys(id);
-        let removed: i64 = self.invoke(&self.scripts.release.key(claim_key)).await?;
+    pub async fn release(&self, id: &str, owner: &Owner) -> Result<bool, StoreError> {
+        let keys = self.keys(id);
+        let removed: i64 = self
+            .invoke(
+                self.scripts
+                    .release
+                    .key(&keys.claim)
+                    .key(&keys.lease)
+                    .arg(owner.token()),
+            )
+            .await?;
         Ok(removed == 1)
     }
 
@@ -227,12 +309,13 @@ impl RedisStore {
         }
     }
 
-    fn keys(&self, id: &str) -> (String, String) {
+    fn keys(&self, id: &str) -> Keys {
         let prefix = &self.prefix;
-        (
-            format!("{prefix}{{{id}}}:claim"),
-            format!("{prefix}{{{id}}}:outcome"),
-        )
+        Keys {
+            claim: format!("{prefix}{{{id}}}:claim"),
+            outcome: format!("{prefix}{{{id}}}:outcome"),
+            lease: format!("{prefix}{{{id}}}:lease"),
+        }
     }
 
     async fn invoke<T: FromRedisValue>(
@@ -258,6 +341,13 @@ impl RedisStore {
             Ok(Err(e)) => Err(store_error(&e, self.command_timeout)),
         }
     }
+}
+
+/// The keys of one claim id; all three share its `{id}` hash tag (one cluster slot).
+struct Keys {
+    claim: String,
+    outcome: String,
+    lease: String,
 }
 
 async fn run<T: FromRedisValue>(

@@ -1,9 +1,11 @@
 //! Why a claim could not be made, and how each failure reaches the client.
 //!
 //! The store fails closed: whenever it cannot say for sure that an id is unclaimed, the call
-//! is refused rather than run, because running it might run it twice. All of these are the
+//! is refused rather than run, because running it might run it twice. Store failures are the
 //! gateway's fault (`Fault::Internal`) and answered with HTTP 503, which tells a client (and
 //! any proxy in between) that retrying the same request later is safe: nothing was executed.
+//! One refusal is the caller's doing: a principal over its share of the memory store
+//! (`single_use.max_entries_per_principal`) gets HTTP 429 (`Fault::Client`).
 
 use std::time::Duration;
 
@@ -22,6 +24,14 @@ pub enum StoreError {
         /// A hint for `Retry-After`: when room is likely to appear.
         retry_after: Duration,
     },
+    /// The caller's principal already holds `single_use.max_entries_per_principal` ids in the
+    /// memory store; others are unaffected.
+    #[error("this caller holds its limit of {limit} single-use entries")]
+    PrincipalQuota {
+        limit: usize,
+        /// A hint for `Retry-After`: when its entries are next swept.
+        retry_after: Duration,
+    },
     /// The store could not be reached or answered with an error.
     #[error("the single-use store is unavailable: {0}")]
     Unavailable(String),
@@ -38,10 +48,17 @@ impl StoreError {
     pub fn metric_reason(&self) -> &'static str {
         match self {
             StoreError::Full { .. } => "full",
+            StoreError::PrincipalQuota { .. } => "principal_quota",
             StoreError::Unavailable(_) => "unavailable",
             StoreError::Timeout(_) => "timeout",
             StoreError::InvalidId => "invalid_id",
         }
+    }
+
+    /// Whether a write that failed this way may still have been applied (the command was
+    /// sent, its answer never came): the caller then cannot tell what the store holds.
+    pub fn may_have_landed(&self) -> bool {
+        matches!(self, StoreError::Timeout(_) | StoreError::Unavailable(_))
     }
 }
 
@@ -60,6 +77,21 @@ impl From<StoreError> for Rejection {
                  running it; retry later",
                 Fault::Internal,
                 "single_use_full",
+            )
+            .with_header(
+                http::header::RETRY_AFTER,
+                retry_after_secs(retry_after).to_string(),
+            ),
+            StoreError::PrincipalQuota { limit, retry_after } => Rejection::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                codes::INTERNAL_ERROR,
+                format!(
+                    "this caller already holds {limit} retries in the gateway's replay guard \
+                     (single_use.max_entries_per_principal); nothing was run. Retry later, \
+                     once earlier ones have expired"
+                ),
+                Fault::Client,
+                "single_use_principal_quota",
             )
             .with_header(
                 http::header::RETRY_AFTER,
@@ -111,6 +143,20 @@ mod tests {
             retry_after: Duration::from_secs(3),
         });
         assert_eq!(retry_after(&r), Some("3"));
+    }
+
+    #[test]
+    fn a_principal_over_its_quota_is_a_429_and_its_own_fault() {
+        let r = Rejection::from(StoreError::PrincipalQuota {
+            limit: 7,
+            retry_after: Duration::from_millis(1500),
+        });
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.fault, Fault::Client);
+        assert_eq!(r.reason, "single_use_principal_quota");
+        assert!(r.error.message.contains("max_entries_per_principal"));
+        assert!(r.error.message.contains("7"));
+        assert_eq!(retry_after(&r), Some("2"));
     }
 
     #[test]

@@ -16,6 +16,66 @@ pub const GATEWAY: &str = "mrtr-gateway";
 /// (up to 10 characters) + "-" + 5 random characters.
 const POD_NAME_SUFFIX: &str = "-7d9f8b6c5d-x2x9z";
 
+/// The Secret holding the single-use store's URLs (and, in fleet-redis, Redis's password).
+pub const REDIS_SECRET: &str = "mrtr-gateway-redis";
+/// The environment variable the gateways read their Redis URLs from.
+pub const REDIS_URLS_VAR: &str = "MRTR_GATEWAY__SINGLE_USE__REDIS__URLS";
+/// The public password of `deploy/k8s/components/example-redis-auth`.
+pub const EXAMPLE_REDIS_PASSWORD: &str = "example-public-redis-password";
+/// What a Secret the manifests do not carry (the operator's) stands in for when the
+/// configuration is loaded, by variable.
+const OPERATOR_SECRET_STAND_INS: &[(&str, &str)] = &[(
+    REDIS_URLS_VAR,
+    r#"["rediss://gateway:operator-secret@redis.example.internal:6380/0"]"#,
+)];
+
+/// The value of `key` in the Secret `name` that `r` carries (`stringData` or `data`).
+pub fn secret_value(r: &Rendered, name: &str, key: &str) -> Option<String> {
+    use base64::Engine;
+    let secret = r.get("Secret", name)?;
+    if let Some(v) = secret["stringData"][key].as_str() {
+        return Some(v.to_owned());
+    }
+    let encoded = secret["data"][key].as_str()?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// A container's environment as Kubernetes would give it: plain values, Secret references
+/// resolved from `r` (`None` when the Secret is not in the manifests), in order.
+fn container_env(r: &Rendered, c: &Value) -> Vec<(String, Option<String>, Option<String>)> {
+    arr(&c["env"])
+        .iter()
+        .map(|e| {
+            let name = e["name"].as_str().unwrap_or("").to_owned();
+            let secret = &e["valueFrom"]["secretKeyRef"];
+            match (e["value"].as_str(), secret["name"].as_str()) {
+                (Some(v), _) => (name, Some(v.to_owned()), None),
+                (None, Some(s)) => {
+                    let key = secret["key"].as_str().unwrap_or("");
+                    (name, secret_value(r, s, key), Some(s.to_owned()))
+                }
+                _ => (name, None, None),
+            }
+        })
+        .collect()
+}
+
+/// Replaces `$(VAR)` references with the container's environment, as Kubernetes does in
+/// `args`; `None` when one cannot be resolved.
+fn expand(text: &str, env: &[(String, Option<String>, Option<String>)]) -> Option<String> {
+    let mut out = text.to_owned();
+    for (name, value, _) in env {
+        let reference = format!("$({name})");
+        if out.contains(&reference) {
+            out = out.replace(&reference, value.as_deref()?);
+        }
+    }
+    (!out.contains("$(")).then_some(out)
+}
+
 fn arr(v: &Value) -> &[Value] {
     v.as_array().map(Vec::as_slice).unwrap_or(&[])
 }
@@ -34,6 +94,8 @@ pub struct GatewayPod<'a> {
     pub loaded: Loaded,
     /// `state.keys_dir` as the pod sees it (the loaded config's points at the test's keys).
     pub keys_dir: Option<String>,
+    /// Variables set from a Secret: (variable, Secret name, whether `r` carries the Secret).
+    pub from_secrets: Vec<(String, String, bool)>,
 }
 
 impl GatewayPod<'_> {
@@ -93,13 +155,28 @@ pub fn gateway_pod<'a>(r: &'a Rendered, keys: &KeyDir) -> Result<GatewayPod<'a>,
 
     let deployment_name = deployment["metadata"]["name"].as_str().unwrap_or("");
     let mut env = Vec::new();
+    let mut from_secrets = Vec::new();
     for e in arr(&gateway["env"]) {
         let name = e["name"].as_str().unwrap_or("").to_owned();
+        let secret = &e["valueFrom"]["secretKeyRef"];
         if let Some(v) = e["value"].as_str() {
             env.push((name, v.to_owned()));
         } else if e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name" {
             // The longest name a pod of this Deployment can get.
             env.push((name, format!("{deployment_name}{POD_NAME_SUFFIX}")));
+        } else if let Some(secret_name) = secret["name"].as_str() {
+            let carried = secret_value(r, secret_name, secret["key"].as_str().unwrap_or(""));
+            from_secrets.push((name.clone(), secret_name.to_owned(), carried.is_some()));
+            // The operator's Secret: a stand-in of the documented shape.
+            let value = carried.or_else(|| {
+                OPERATOR_SECRET_STAND_INS
+                    .iter()
+                    .find(|(var, _)| *var == name)
+                    .map(|(_, v)| (*v).to_owned())
+            });
+            if let Some(v) = value {
+                env.push((name, v));
+            }
         }
     }
     let loaded = load(text, None, &env, keys)
@@ -118,6 +195,7 @@ pub fn gateway_pod<'a>(r: &'a Rendered, keys: &KeyDir) -> Result<GatewayPod<'a>,
         gateway,
         loaded,
         keys_dir,
+        from_secrets,
     })
 }
 
@@ -567,8 +645,10 @@ pub fn prometheus_duration(v: &Value) -> Option<Duration> {
     (next_unit > 0).then_some(Duration::from_millis(total))
 }
 
-/// Every Secret that `r` carries holds only the public example key: no real key material is
-/// ever committed. Returns the problems and how many key entries were seen.
+/// Every Secret that `r` carries holds only public examples: the example state key, and in
+/// Secret/mrtr-gateway-redis the example Redis password (alone, or in every URL). No real key
+/// material or password is ever committed. Returns the problems and how many entries were
+/// seen.
 pub fn secret_problems(r: &Rendered, example_secret: &str) -> (Vec<String>, usize) {
     use base64::Engine;
     let mut p = Vec::new();
@@ -588,9 +668,32 @@ pub fn secret_problems(r: &Rendered, example_secret: &str) -> (Vec<String>, usiz
         });
         for (key, value) in plain.chain(encoded) {
             seen += 1;
-            if value.trim() != example_secret {
+            let public = if name == REDIS_SECRET {
+                match key.as_str() {
+                    "password" => value == EXAMPLE_REDIS_PASSWORD,
+                    "urls" => format!("v = {value}")
+                        .parse::<toml::Table>()
+                        .ok()
+                        .and_then(|mut t| t.remove("v"))
+                        .and_then(|v| v.as_array().cloned())
+                        .is_some_and(|urls| {
+                            !urls.is_empty()
+                                && urls.iter().all(|u| {
+                                    u.as_str()
+                                        .and_then(|u| url::Url::parse(u).ok())
+                                        .is_some_and(|u| {
+                                            u.password() == Some(EXAMPLE_REDIS_PASSWORD)
+                                        })
+                                })
+                        }),
+                    _ => false,
+                }
+            } else {
+                value.trim() == example_secret
+            };
+            if !public {
                 p.push(format!(
-                    "Secret/{name} entry {key} is not the public example key"
+                    "Secret/{name} entry {key} is not the public example"
                 ));
             }
         }
@@ -607,42 +710,27 @@ pub fn redis_store_problems(r: &Rendered, keys: &KeyDir) -> Vec<String> {
     };
     let gateway_labels = &gp.deployment["spec"]["template"]["metadata"]["labels"];
     let mut p = Vec::new();
-    let single_use = gp.loaded.table.get("single_use");
-    if single_use
-        .and_then(|s| s.get("store"))
-        .and_then(|s| s.as_str())
-        != Some("redis")
-    {
+    let single_use = &gp.loaded.config.single_use;
+    if single_use.store != mrtr_gateway::single_use::StoreKind::Redis {
         p.push("the config's [single_use] store is not \"redis\"".into());
     }
-    let urls: Vec<&str> = single_use
-        .and_then(|s| s.get("redis"))
-        .and_then(|s| s.get("urls"))
-        .and_then(|u| u.as_array())
-        .map(|a| a.iter().filter_map(|u| u.as_str()).collect())
-        .unwrap_or_default();
-    if urls.is_empty() {
-        p.push("[single_use.redis] urls is empty".into());
-    }
-    for u in urls {
+    for u in &single_use.redis.urls {
+        let u = u.as_str();
         let Ok(url) = url::Url::parse(u) else {
             p.push(format!("{u:?} is not a URL"));
             continue;
         };
-        if url.scheme() != "redis" && url.scheme() != "rediss" {
-            p.push(format!("{u}: not a redis:// URL"));
-        }
         let host = url.host_str().unwrap_or("");
         let port = u64::from(url.port().unwrap_or(6379));
         let Some(svc) = r.get("Service", host) else {
-            p.push(format!("{u}: no Service named {host} in the manifests"));
+            p.push(format!("{host}: no Service named {host} in the manifests"));
             continue;
         };
         let Some(svc_port) = arr(&svc["spec"]["ports"])
             .iter()
             .find(|x| x["port"] == port)
         else {
-            p.push(format!("{u}: Service/{host} has no port {port}"));
+            p.push(format!("Service/{host} has no port {port}"));
             continue;
         };
         let backing = r
@@ -686,6 +774,27 @@ pub fn redis_store_problems(r: &Rendered, keys: &KeyDir) -> Vec<String> {
         {
             p.push("Redis may evict claims (--maxmemory-policy is not noeviction)".into());
         }
+        // Authentication: a password Redis requires, from a Secret, and the same one in the
+        // gateways' URL.
+        let env = container_env(r, container);
+        match args.windows(2).find(|w| w[0] == "--requirepass") {
+            None => p.push("Redis requires no password (--requirepass)".into()),
+            Some(w) => {
+                let from_secret = env.iter().any(|(name, _, secret)| {
+                    secret.is_some() && w[1].contains(&format!("$({name})"))
+                });
+                if !from_secret {
+                    p.push("the Redis password is not taken from a Secret".into());
+                }
+                match expand(w[1], &env) {
+                    None => p.push("the Redis password's Secret is not in the manifests".into()),
+                    Some(password) if url.password() != Some(password.as_str()) => p.push(
+                        "the gateways' Redis URL does not carry the password Redis requires".into(),
+                    ),
+                    Some(_) => {}
+                }
+            }
+        }
         let admitted = r.all("NetworkPolicy").into_iter().any(|np| {
             selects(&np["spec"]["podSelector"]["matchLabels"], redis_labels)
                 && arr(&np["spec"]["ingress"]).iter().any(|rule| {
@@ -697,6 +806,53 @@ pub fn redis_store_problems(r: &Rendered, keys: &KeyDir) -> Vec<String> {
         if !admitted {
             p.push("no NetworkPolicy admits the gateway pods to Redis".into());
         }
+    }
+    p
+}
+
+/// Single use is fleet-wide wherever more than one replica runs: with more than one replica
+/// (HPA `minReplicas`, or `replicas`), the store is Redis, and the gateways read its URLs
+/// (credentials included) from a Secret, never from the ConfigMap.
+pub fn single_use_problems(r: &Rendered, keys: &KeyDir) -> Vec<String> {
+    let gp = match gateway_pod(r, keys) {
+        Ok(gp) => gp,
+        Err(e) => return vec![e],
+    };
+    let replicas = r
+        .get("HorizontalPodAutoscaler", GATEWAY)
+        .and_then(|h| h["spec"]["minReplicas"].as_u64())
+        .into_iter()
+        .chain(gp.deployment["spec"]["replicas"].as_u64())
+        .max()
+        .unwrap_or(1);
+    if replicas <= 1 {
+        return Vec::new();
+    }
+    let mut p = Vec::new();
+    if gp.loaded.config.single_use.store != mrtr_gateway::single_use::StoreKind::Redis {
+        p.push(format!(
+            "{replicas} replicas keep single-use claims in the per-replica memory store: a \
+             duplicate retry reaching another replica would run again"
+        ));
+    }
+    if !gp
+        .from_secrets
+        .iter()
+        .any(|(var, secret, _)| var == REDIS_URLS_VAR && secret == REDIS_SECRET)
+    {
+        p.push(format!(
+            "the Redis URLs do not come from Secret/{REDIS_SECRET} ({REDIS_URLS_VAR})"
+        ));
+    }
+    if gp
+        .loaded
+        .table
+        .get("single_use")
+        .and_then(|s| s.get("redis"))
+        .and_then(|s| s.get("urls"))
+        .is_some()
+    {
+        p.push("the ConfigMap carries Redis URLs (credentials belong in the Secret)".into());
     }
     p
 }

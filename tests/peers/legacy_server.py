@@ -16,6 +16,7 @@ import argparse
 import functools
 import json
 import logging
+import os
 import socket
 import sys
 
@@ -348,6 +349,18 @@ def build_server(args: argparse.Namespace) -> FastMCP:
             ttlMs=86400000,
             cacheScope="public",
         )
+
+    @mcp.tool()
+    def open_files() -> str:
+        """What this process's open descriptors point at (Linux): JSON {fd: target}."""
+        count("open_files")
+        found = {}
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                found[name] = os.readlink(f"/proc/self/fd/{name}")
+            except OSError:
+                pass  # the descriptor of the listing itself, closed by now
+        return json.dumps(found, sort_keys=True)
 
     @mcp.prompt()
     async def review_prompt(code: str, ctx: Context) -> list[Message]:

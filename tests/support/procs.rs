@@ -54,6 +54,17 @@ pub async fn spawn_gateway(
     dir: &std::path::Path,
     name: &str,
 ) -> (tokio::process::Child, String, u16) {
+    spawn_gateway_via(&[], config, dir, name).await
+}
+
+/// [`spawn_gateway`], started through `launcher` (a program and its arguments, to which the
+/// gateway's own command line is appended), e.g. a shell that opens a descriptor first.
+pub async fn spawn_gateway_via(
+    launcher: &[&str],
+    config: &str,
+    dir: &std::path::Path,
+    name: &str,
+) -> (tokio::process::Child, String, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -71,7 +82,16 @@ pub async fn spawn_gateway(
     )
     .unwrap();
     let log = dir.join(format!("{name}.log"));
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+    let gateway = env!("CARGO_BIN_EXE_mrtr-gateway");
+    let mut command = match launcher.split_first() {
+        Some((program, args)) => {
+            let mut c = tokio::process::Command::new(program);
+            c.args(args).arg(gateway);
+            c
+        }
+        None => tokio::process::Command::new(gateway),
+    };
+    let mut child = command
         .args(["serve", "--config"])
         .arg(&path)
         .stdout(Stdio::null())
