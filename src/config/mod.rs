@@ -12,6 +12,7 @@
 
 mod duration;
 pub mod env;
+mod legacy_clients;
 pub mod raw;
 
 use std::net::SocketAddr;
@@ -21,6 +22,7 @@ use std::time::Duration;
 use base64::Engine;
 
 pub use duration::parse_duration;
+pub use legacy_clients::LegacyClientsConfig;
 use raw::RawConfig;
 
 /// The secret printed in `config/gateway.toml`; public, so never fit for production.
@@ -80,6 +82,7 @@ pub struct Config {
     pub single_use: crate::single_use::SingleUseConfig,
     pub auth: crate::auth::config::AuthConfig,
     pub subscriptions: SubscriptionsConfig,
+    pub legacy_clients: LegacyClientsConfig,
 }
 
 /// `subscriptions/listen` streams.
@@ -89,6 +92,8 @@ pub struct SubscriptionsConfig {
     pub keepalive: Duration,
     /// Listen streams open at once on this replica.
     pub max_streams: usize,
+    /// Listen streams one principal may hold open at once.
+    pub max_streams_per_principal: usize,
     /// URIs one listen request may subscribe to.
     pub max_resource_subscriptions: usize,
 }
@@ -162,6 +167,13 @@ pub struct ListenConfig {
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_concurrent_requests: usize,
+    /// Longest time a request body may take to arrive, from its headers to its last byte.
+    pub body_read_timeout: Duration,
+    /// Client connections open at once, and from one source address.
+    pub max_connections: usize,
+    pub max_connections_per_source: usize,
+    /// HTTP/2 streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub http2_max_concurrent_streams: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -432,6 +444,29 @@ impl Config {
                 "listen.max_concurrent_requests",
                 raw.listen.max_concurrent_requests,
             )?,
+            body_read_timeout: bounded_duration(
+                "listen.body_read_timeout",
+                &raw.listen.body_read_timeout,
+                Duration::from_secs(600),
+            )?,
+            max_connections: in_range(
+                "listen.max_connections",
+                raw.listen.max_connections,
+                1,
+                1_000_000,
+            )?,
+            max_connections_per_source: in_range(
+                "listen.max_connections_per_source",
+                raw.listen.max_connections_per_source,
+                1,
+                1_000_000,
+            )?,
+            http2_max_concurrent_streams: in_range(
+                "listen.http2_max_concurrent_streams",
+                raw.listen.http2_max_concurrent_streams,
+                1,
+                10_000,
+            )? as u32,
         };
 
         let transport = match raw.upstream.transport.as_str() {
@@ -622,7 +657,9 @@ impl Config {
         check_warm_up(&pool, &auth)?;
         let single_use = crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir)?;
         let subscriptions = subscriptions_config(&raw.subscriptions)?;
+        let legacy_clients = legacy_clients::legacy_clients_config(&raw.legacy_clients)?;
         Ok(Config {
+            legacy_clients,
             pool,
             subscriptions,
             parking,
@@ -759,6 +796,11 @@ fn subscriptions_config(raw: &raw::RawSubscriptions) -> Result<SubscriptionsConf
     Ok(SubscriptionsConfig {
         keepalive,
         max_streams: bounded("subscriptions.max_streams", raw.max_streams, 1_000_000)?,
+        max_streams_per_principal: bounded(
+            "subscriptions.max_streams_per_principal",
+            raw.max_streams_per_principal,
+            1_000_000,
+        )?,
         max_resource_subscriptions: bounded(
             "subscriptions.max_resource_subscriptions",
             raw.max_resource_subscriptions,
@@ -769,6 +811,29 @@ fn subscriptions_config(raw: &raw::RawSubscriptions) -> Result<SubscriptionsConf
 
 fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
     parse_duration(text).map_err(|m| ConfigError::new(key, m))
+}
+
+/// A duration greater than zero and at most `max`.
+fn bounded_duration(key: &str, text: &str, max: Duration) -> Result<Duration, ConfigError> {
+    let d = nonzero_duration(key, text)?;
+    if d > max {
+        return Err(ConfigError::new(
+            key,
+            format!("must be at most {}", humantime::format_duration(max)),
+        ));
+    }
+    Ok(d)
+}
+
+/// A count between `min` and `max`, inclusive.
+fn in_range(key: &str, n: u64, min: u64, max: u64) -> Result<usize, ConfigError> {
+    if n < min || n > max {
+        return Err(ConfigError::new(
+            key,
+            format!("must be between {min} and {max}"),
+        ));
+    }
+    usize::try_from(n).map_err(|_| ConfigError::new(key, "too large"))
 }
 
 fn nonzero_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
@@ -1316,6 +1381,79 @@ mod tests {
             let e = err_of(&format!("[subscriptions]\n{body}\n{}", minimal()));
             assert_eq!(e.key, key, "{body}: {e}");
         }
+    }
+
+    #[test]
+    fn edge_limits_have_defaults_and_bounds_and_name_their_key_and_variable() {
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert_eq!(c.listen.body_read_timeout, Duration::from_secs(10));
+        assert_eq!(
+            (
+                c.listen.max_connections,
+                c.listen.max_connections_per_source
+            ),
+            (4096, 1024)
+        );
+        assert_eq!(c.listen.http2_max_concurrent_streams, 100);
+        assert_eq!(c.subscriptions.max_streams_per_principal, 16);
+        assert_eq!(
+            (
+                c.legacy_clients.max_get_streams,
+                c.legacy_clients.max_get_streams_per_principal
+            ),
+            (256, 16)
+        );
+        for (section, body, key) in [
+            (
+                "listen",
+                "body_read_timeout = \"0s\"",
+                "listen.body_read_timeout",
+            ),
+            (
+                "listen",
+                "body_read_timeout = \"11m\"",
+                "listen.body_read_timeout",
+            ),
+            ("listen", "max_connections = 0", "listen.max_connections"),
+            (
+                "listen",
+                "max_connections_per_source = 0",
+                "listen.max_connections_per_source",
+            ),
+            (
+                "listen",
+                "http2_max_concurrent_streams = 0",
+                "listen.http2_max_concurrent_streams",
+            ),
+            (
+                "subscriptions",
+                "max_streams_per_principal = 0",
+                "subscriptions.max_streams_per_principal",
+            ),
+            (
+                "legacy_clients",
+                "max_get_streams = 0",
+                "legacy_clients.max_get_streams",
+            ),
+            (
+                "legacy_clients",
+                "max_get_streams_per_principal = 0",
+                "legacy_clients.max_get_streams_per_principal",
+            ),
+        ] {
+            let e = err_of(&format!("[{section}]\n{body}\n{}", minimal()));
+            assert_eq!(e.key, key, "{body}: {e}");
+        }
+        let vars = vec![(
+            "MRTR_GATEWAY__LISTEN__MAX_CONNECTIONS_PER_SOURCE".to_string(),
+            "0".to_string(),
+        )];
+        let e = Config::from_toml_str(&minimal(), &vars, None).unwrap_err();
+        assert_eq!(e.key, "listen.max_connections_per_source");
+        assert_eq!(
+            e.env_var.as_deref(),
+            Some("MRTR_GATEWAY__LISTEN__MAX_CONNECTIONS_PER_SOURCE")
+        );
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub struct RawConfig {
     pub auth: crate::auth::config::RawAuth,
     #[serde(default)]
     pub subscriptions: RawSubscriptions,
+    #[serde(default)]
+    pub legacy_clients: RawLegacyClients,
 }
 
 #[derive(Debug, Deserialize, serde::Serialize)]
@@ -55,6 +57,10 @@ pub struct RawListen {
     pub header_read_timeout: String,
     pub idle_timeout: String,
     pub max_concurrent_requests: u64,
+    pub body_read_timeout: String,
+    pub max_connections: u64,
+    pub max_connections_per_source: u64,
+    pub http2_max_concurrent_streams: u64,
 }
 
 impl Default for RawListen {
@@ -67,6 +73,10 @@ impl Default for RawListen {
             header_read_timeout: "10s".into(),
             idle_timeout: "2m".into(),
             max_concurrent_requests: 1024,
+            body_read_timeout: "10s".into(),
+            max_connections: 4096,
+            max_connections_per_source: 1024,
+            http2_max_concurrent_streams: 100,
         }
     }
 }
@@ -344,6 +354,7 @@ impl Default for RawPool {
 pub struct RawSubscriptions {
     pub keepalive: String,
     pub max_streams: u64,
+    pub max_streams_per_principal: u64,
     pub max_resource_subscriptions: u64,
 }
 
@@ -352,7 +363,25 @@ impl Default for RawSubscriptions {
         RawSubscriptions {
             keepalive: "15s".into(),
             max_streams: 256,
+            max_streams_per_principal: 16,
             max_resource_subscriptions: 64,
+        }
+    }
+}
+
+/// `[legacy_clients]`: legacy clients passed through by the dual-era front.
+#[derive(Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLegacyClients {
+    pub max_get_streams: u64,
+    pub max_get_streams_per_principal: u64,
+}
+
+impl Default for RawLegacyClients {
+    fn default() -> Self {
+        RawLegacyClients {
+            max_get_streams: 256,
+            max_get_streams_per_principal: 16,
         }
     }
 }

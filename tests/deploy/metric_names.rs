@@ -26,6 +26,9 @@ pub const METRICS: &[&str] = &[
     "draining",
     "listen_streams",
     "legacy_passthrough_total",
+    "requests_reading_body",
+    "legacy_get_streams",
+    "accept_errors_total",
 ];
 
 /// The histograms, whose series also appear as `_bucket`, `_sum` and `_count`.
