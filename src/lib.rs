@@ -8,6 +8,7 @@ pub mod auth;
 pub mod client;
 pub mod commands;
 pub mod config;
+pub mod descriptor_budget;
 pub mod discover;
 pub mod error;
 pub mod front;

@@ -11,8 +11,9 @@
 //! connection pools that fill once do not count as growth). Upstream timeouts are short so
 //! each test stays well under ten seconds.
 //!
-//! Hostile clients at the front edge (stalled bodies, silent connections, connection caps,
-//! per-principal quotas on long-lived streams) are in `faults/edge.rs`.
+//! Hostile clients at the front edge (stalled bodies, silent connections, connection caps, the
+//! admin listener, per-principal quotas on long-lived streams) are in
+//! `faults/edge.rs`.
 
 mod support;
 

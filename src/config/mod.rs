@@ -10,6 +10,7 @@
 //! Every error is a [`ConfigError`] naming the file key (and the variable, when the value came
 //! from the environment); the binary turns it into exit status 64.
 
+mod admin;
 mod duration;
 pub mod env;
 mod legacy_clients;
@@ -21,6 +22,7 @@ use std::time::Duration;
 
 use base64::Engine;
 
+pub use admin::AdminConfig;
 pub use duration::parse_duration;
 pub use legacy_clients::LegacyClientsConfig;
 use raw::RawConfig;
@@ -174,12 +176,6 @@ pub struct ListenConfig {
     pub max_connections_per_source: usize,
     /// HTTP/2 streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
     pub http2_max_concurrent_streams: u32,
-}
-
-#[derive(Debug, Clone)]
-pub struct AdminConfig {
-    /// `None` when the admin listener is disabled (`addr = ""`).
-    pub addr: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -603,21 +599,7 @@ impl Config {
                 }
             },
         };
-        let admin = AdminConfig {
-            addr: if raw.admin.addr.is_empty() {
-                None
-            } else {
-                Some(raw.admin.addr.parse().map_err(|_| {
-                    ConfigError::new(
-                        "admin.addr",
-                        format!(
-                            "not a socket address: {:?} (or \"\" to disable)",
-                            raw.admin.addr
-                        ),
-                    )
-                })?)
-            },
-        };
+        let admin = admin::admin_config(&raw.admin)?;
         let tls = tls_config(&raw.tls, base_dir)?;
         let drain = DrainConfig {
             readiness_delay: duration("drain.readiness_delay", &raw.drain.readiness_delay)?,
@@ -1403,6 +1385,14 @@ mod tests {
             ),
             (256, 16)
         );
+        assert_eq!(
+            (
+                c.admin.max_connections,
+                c.admin.header_read_timeout,
+                c.admin.idle_timeout
+            ),
+            (64, Duration::from_secs(5), Duration::from_secs(30))
+        );
         for (section, body, key) in [
             (
                 "listen",
@@ -1424,6 +1414,13 @@ mod tests {
                 "listen",
                 "http2_max_concurrent_streams = 0",
                 "listen.http2_max_concurrent_streams",
+            ),
+            ("admin", "max_connections = 0", "admin.max_connections"),
+            ("admin", "idle_timeout = \"0s\"", "admin.idle_timeout"),
+            (
+                "admin",
+                "allowed_hosts = [\"http://x\"]",
+                "admin.allowed_hosts[0]",
             ),
             (
                 "subscriptions",

@@ -239,12 +239,20 @@ impl Default for RawLog {
 #[serde(deny_unknown_fields, default)]
 pub struct RawAdmin {
     pub addr: String,
+    pub max_connections: u64,
+    pub header_read_timeout: String,
+    pub idle_timeout: String,
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for RawAdmin {
     fn default() -> Self {
         RawAdmin {
             addr: "127.0.0.1:9090".into(),
+            max_connections: 64,
+            header_read_timeout: "5s".into(),
+            idle_timeout: "30s".into(),
+            allowed_hosts: Vec::new(),
         }
     }
 }

@@ -1,11 +1,14 @@
 //! Hostile clients at the front edge (issue 12, points 1–3): stalled request bodies over
 //! HTTP/1 and HTTP/2, silent and half-sent connections (plain and TLS), connection caps,
-//! authentication before the body, and the per-principal quotas on long-lived streams.
+//! authentication before the body, the admin listener (caps, timeouts, Host allow-list, a
+//! descriptor budget that keeps idle admin sockets from starving the MCP listener), and the
+//! per-principal quotas on long-lived streams.
 //!
 //! Each test prints the figures it saw (slots held, the legitimate call's latency, when the
 //! stalled connections were closed); the asserts are on behaviour, never on those times.
 
 use std::net::SocketAddr;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -647,5 +650,264 @@ async fn legacy_get_streams_have_a_per_principal_quota_and_hold_no_slot() {
         ) == 0.0)
         .await
     );
+    env.stop().await;
+}
+
+/// The gateway binary, run with at most `nofile` open files, on free loopback ports; `env`
+/// sets configuration through `MRTR_GATEWAY__…` variables.
+async fn spawn_limited(
+    dir: &std::path::Path,
+    config: &str,
+    env: &[(&str, &str)],
+    nofile: u32,
+) -> (tokio::process::Child, u16, u16) {
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (port, admin) = (free(), free());
+    let path = dir.join("gateway.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[listen]\naddr = \"127.0.0.1:{port}\"\n[admin]\naddr = \"127.0.0.1:{admin}\"\n{config}"
+        ),
+    )
+    .unwrap();
+    let log = dir.join("gateway.log");
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!(
+            "ulimit -n {nofile} && exec \"$0\" serve --config \"$1\""
+        ))
+        .arg(env!("CARGO_BIN_EXE_mrtr-gateway"))
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "gateway exited with {status}: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        assert!(Instant::now() < deadline, "gateway did not start");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    (child, port, admin)
+}
+
+/// The issue: 560 idle admin sockets exhausted the descriptors and the MCP listener failed to
+/// accept. Here the gateway may hold 256 descriptors and 300 idle admin sockets are opened:
+/// the admin listener keeps `admin.max_connections` of them and closes the rest at accept, and
+/// the MCP listener serves a call while they are all held (the admin header and idle
+/// deadlines, 60 s, have closed none of them yet).
+#[tokio::test]
+async fn idle_admin_sockets_do_not_starve_the_mcp_listener() {
+    const IDLE: usize = 300;
+    const CAP: usize = 8;
+    ensure_descriptors(2048);
+    let legacy = LegacyServer::start(
+        LegacyServerConfig::default(),
+        super::with_echo(Handlers::new()),
+    )
+    .await
+    .unwrap();
+    let dir = TempDir::new("mrtr-edge-admin");
+    let config = format!(
+        "[upstream]\nurl = \"{}\"\n[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n",
+        legacy.url()
+    );
+    // The caps through the environment, as an operator would set them in a manifest.
+    let (_child, port, admin) = spawn_limited(
+        dir.path(),
+        &config,
+        &[
+            ("MRTR_GATEWAY__ADMIN__MAX_CONNECTIONS", "8"),
+            ("MRTR_GATEWAY__ADMIN__HEADER_READ_TIMEOUT", "60s"),
+            ("MRTR_GATEWAY__ADMIN__IDLE_TIMEOUT", "60s"),
+            ("MRTR_GATEWAY__LISTEN__MAX_CONNECTIONS", "64"),
+            ("MRTR_GATEWAY__LISTEN__MAX_CONCURRENT_REQUESTS", "16"),
+            ("MRTR_GATEWAY__PARKING__MAX_CALLS", "8"),
+            ("MRTR_GATEWAY__POOL__MAX_IDLE", "4"),
+            ("MRTR_GATEWAY__SUBSCRIPTIONS__MAX_STREAMS", "4"),
+            ("MRTR_GATEWAY__LEGACY_CLIENTS__MAX_GET_STREAMS", "4"),
+        ],
+        256,
+    )
+    .await;
+    let mut idle = Vec::with_capacity(IDLE);
+    for _ in 0..IDLE {
+        idle.push(TcpStream::connect(("127.0.0.1", admin)).await.unwrap());
+    }
+    // The MCP listener accepts and serves while every idle admin socket is held.
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let ex = tokio::time::timeout(
+        Duration::from_secs(15),
+        ModernClient::new(&url).request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "served"}}),
+        ),
+    )
+    .await
+    .expect("the MCP listener still accepts")
+    .unwrap();
+    assert_eq!(text(ex.result().unwrap()), "served");
+    // Those over the cap were closed at accept; the others are still open.
+    let reads = idle.into_iter().map(|mut s| {
+        tokio::spawn(async move {
+            let closed = read_to_close(&mut s, Duration::from_secs(3))
+                .await
+                .is_some();
+            (closed, s)
+        })
+    });
+    let results = futures_util::future::join_all(reads).await;
+    let closed = results
+        .iter()
+        .filter(|r| matches!(r, Ok((true, _))))
+        .count();
+    assert_eq!(closed, IDLE - CAP);
+    // Closing the admitted ones frees the admin listener for a scrape.
+    drop(results);
+    let text = scrape_when_free(admin).await;
+    let hits = |limit: &str| sample(&text, "mrtr_gateway_limit_hits_total", &[("limit", limit)]);
+    assert!(hits("admin_max_connections") >= (IDLE - CAP) as f64);
+    assert_eq!(hits("admin_header_read_timeout"), 0.0);
+    assert_eq!(
+        sample(
+            &text,
+            "mrtr_gateway_accept_errors_total",
+            &[("listener", "mcp")]
+        ),
+        0.0
+    );
+    legacy.shutdown().await;
+}
+
+/// `/metrics` from the admin port, once a connection gets a place there (bounded wait).
+async fn scrape_when_free(admin: u16) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut s = TcpStream::connect(("127.0.0.1", admin)).await.unwrap();
+        let _ = s
+            .write_all(b"GET /metrics HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+            .await;
+        if let Some(answer) = read_to_close(&mut s, Duration::from_secs(5)).await
+            && answer.starts_with("HTTP/1.1 200")
+        {
+            return answer;
+        }
+        assert!(Instant::now() < deadline, "the admin port never freed up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `check-config` warns when the caps may need more open files than the machine allows.
+#[tokio::test]
+async fn check_config_warns_when_the_caps_exceed_the_open_file_limit() {
+    let dir = TempDir::new("mrtr-edge-check");
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(
+        &path,
+        format!("[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n"),
+    )
+    .unwrap();
+    let run = |nofile: u32| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -n {nofile} && exec \"$0\" check-config --config \"$1\""
+            ))
+            .arg(env!("CARGO_BIN_EXE_mrtr-gateway"))
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let low = run(1024);
+    assert!(low.status.success());
+    let out = String::from_utf8_lossy(&low.stdout);
+    assert!(out.contains("warning:"), "{out}");
+    assert!(out.contains("listen.max_connections: 4096"), "{out}");
+    assert!(out.contains("RLIMIT_NOFILE) is 1024"), "{out}");
+    // Enough for the defaults, where the machine allows it.
+    let (_, hard) = mrtr_gateway::descriptor_budget::limits();
+    if hard.is_none_or(|h| h >= 16384) {
+        let high = run(16384);
+        let out = String::from_utf8_lossy(&high.stdout);
+        assert!(high.status.success() && !out.contains("warning"), "{out}");
+    }
+}
+
+/// The admin listener answers only allowed `Host`s, and closes silent and idle connections.
+#[tokio::test]
+async fn the_admin_listener_checks_host_and_closes_silent_and_idle_connections() {
+    let env = edge_env(
+        Handlers::new(),
+        "",
+        "[admin]\nheader_read_timeout = \"1s\"\nidle_timeout = \"1s\"\nallowed_hosts = [\"metrics.internal\"]\n",
+    )
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = listener.local_addr().unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(mrtr_gateway::admin::serve(
+        env.gw.clone(),
+        listener,
+        shutdown.clone(),
+    ));
+    let get = |host: &'static str| async move {
+        let mut s = TcpStream::connect(admin).await.unwrap();
+        s.write_all(
+            format!("GET /healthz HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let answer = read_to_close(&mut s, Duration::from_secs(10))
+            .await
+            .unwrap();
+        answer.split(' ').nth(1).unwrap_or_default().to_string()
+    };
+    assert_eq!(get("127.0.0.1:9090").await, "200");
+    assert_eq!(get("localhost").await, "200");
+    assert_eq!(get("metrics.internal:9090").await, "200");
+    assert_eq!(get("rebound.evil.example:9090").await, "421");
+    assert_eq!(limit_hits(&env, "admin_allowed_hosts"), 1.0);
+    // Silent: closed at the header deadline. Idle after a request: closed at the idle timeout.
+    let mut silent = TcpStream::connect(admin).await.unwrap();
+    let mut idle = TcpStream::connect(admin).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_to_close(&mut idle, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        read_to_close(&mut silent, Duration::from_secs(20))
+            .await
+            .is_some()
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || limit_hits(
+            &env,
+            "admin_header_read_timeout"
+        ) + limit_hits(
+            &env,
+            "admin_idle_timeout"
+        ) >= 2.0)
+        .await
+    );
+    shutdown.cancel();
     env.stop().await;
 }
