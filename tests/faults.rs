@@ -12,7 +12,7 @@
 //! each test stays well under ten seconds.
 //!
 //! Hostile clients at the front edge (stalled bodies, silent connections, connection caps, the
-//! admin listener, per-principal quotas on long-lived streams) are in
+//! admin listener, per-principal quotas on long-lived streams and parked stdio calls) are in
 //! `faults/edge.rs`.
 
 mod support;

@@ -145,6 +145,9 @@ pub struct ParkingConfig {
     pub max_per_principal: usize,
     pub ttl: Duration,
     pub max_buffered_bytes: usize,
+    /// Stdio children parking never takes: calls may park only while at least this many of
+    /// `upstream.stdio_max_children` stay out of the parking lot, for fresh calls.
+    pub stdio_reserved_children: usize,
     pub rules: Vec<ParkingRule>,
 }
 
@@ -617,7 +620,7 @@ impl Config {
                 ));
             },
         };
-        let parking = parking_config(&raw.parking, state.ttl)?;
+        let parking = parking_config(&raw.parking, state.ttl, upstream.stdio.max_children)?;
         let pool = PoolConfig {
             mode: match raw.pool.mode.as_str() {
                 "pooled" => PoolMode::Pooled,
@@ -942,6 +945,7 @@ fn park_policy(key: &str, text: &str) -> Result<ParkPolicy, ConfigError> {
 fn parking_config(
     raw: &raw::RawParking,
     state_ttl: Duration,
+    stdio_max_children: usize,
 ) -> Result<ParkingConfig, ConfigError> {
     // Unset: two minutes, or the state TTL if that is shorter.
     let ttl = if raw.ttl.is_empty() {
@@ -978,6 +982,16 @@ fn parking_config(
         max_per_principal: usize::try_from(raw.max_per_principal).unwrap_or(usize::MAX),
         ttl,
         max_buffered_bytes: positive_size("parking.max_buffered_bytes", raw.max_buffered_bytes)?,
+        // Unset: a quarter of the children, at least one.
+        stdio_reserved_children: match raw.stdio_reserved_children {
+            None => (stdio_max_children / 4).max(1).min(stdio_max_children),
+            Some(n) => in_range(
+                "parking.stdio_reserved_children",
+                n,
+                0,
+                stdio_max_children as u64,
+            )?,
+        },
         rules,
     })
 }
@@ -1392,6 +1406,23 @@ mod tests {
                 c.admin.idle_timeout
             ),
             (64, Duration::from_secs(5), Duration::from_secs(30))
+        );
+        // A quarter of the stdio children, at least one.
+        assert_eq!(c.parking.stdio_reserved_children, 2);
+        let stdio = |children: u64, reserved: &str| {
+            format!(
+                "[upstream]\ntransport = \"stdio\"\ncommand = [\"x\"]\nstdio_max_children = {children}\n\
+                 [parking]\n{reserved}\n{}",
+                minimal()
+            )
+        };
+        let one = Config::from_toml_str(&stdio(1, ""), &[], None).unwrap();
+        assert_eq!(one.parking.stdio_reserved_children, 1);
+        let zero = Config::from_toml_str(&stdio(4, "stdio_reserved_children = 0"), &[], None);
+        assert_eq!(zero.unwrap().parking.stdio_reserved_children, 0);
+        assert_eq!(
+            err_of(&stdio(4, "stdio_reserved_children = 5")).key,
+            "parking.stdio_reserved_children"
         );
         for (section, body, key) in [
             (

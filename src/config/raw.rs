@@ -307,6 +307,7 @@ pub struct RawParking {
     pub max_per_principal: u64,
     pub ttl: String,
     pub max_buffered_bytes: u64,
+    pub stdio_reserved_children: Option<u64>,
     pub rules: Vec<RawParkingRule>,
 }
 
@@ -318,6 +319,7 @@ impl Default for RawParking {
             max_per_principal: 100,
             ttl: String::new(),
             max_buffered_bytes: 1024 * 1024,
+            stdio_reserved_children: None,
             rules: Vec::new(),
         }
     }

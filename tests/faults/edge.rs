@@ -2,7 +2,7 @@
 //! HTTP/1 and HTTP/2, silent and half-sent connections (plain and TLS), connection caps,
 //! authentication before the body, the admin listener (caps, timeouts, Host allow-list, a
 //! descriptor budget that keeps idle admin sockets from starving the MCP listener), and the
-//! per-principal quotas on long-lived streams.
+//! per-principal quotas on long-lived streams and on parked stdio calls.
 //!
 //! Each test prints the figures it saw (slots held, the legitimate call's latency, when the
 //! stalled connections were closed); the asserts are on behaviour, never on those times.
@@ -21,6 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::support::peers::tempdir::TempDir;
+use crate::support::peers::{legacy_python, repo};
 use crate::support::*;
 
 /// A gateway in front of the in-repo legacy server (`echo` and the tests' tools), with
@@ -651,6 +652,76 @@ async fn legacy_get_streams_have_a_per_principal_quota_and_hold_no_slot() {
         .await
     );
     env.stop().await;
+}
+
+/// The issue's attack over stdio: elicitations parked by one caller held every stdio child,
+/// so nobody else could call until `parking.ttl`. Parking now leaves
+/// `parking.stdio_reserved_children` children for fresh calls (FastMCP over stdio).
+#[tokio::test]
+async fn parked_calls_leave_stdio_children_for_fresh_calls() {
+    let dir = TempDir::new("mrtr-edge-stdio");
+    let command = toml_strings(&[
+        legacy_python().to_string_lossy().as_ref(),
+        repo()
+            .join("tests/peers/legacy_server.py")
+            .to_string_lossy()
+            .as_ref(),
+        "--transport",
+        "stdio",
+        "--count-file",
+        dir.path().join("counts").to_string_lossy().as_ref(),
+    ]);
+    let upstream = format!(
+        "transport = \"stdio\"\ncommand = {command}\nstdio_max_children = 3\n\
+         response_timeout = \"15s\"\ncall_timeout = \"60s\"\n"
+    );
+    let (gw, running, url) = start_gateway(config_with_upstream(
+        &upstream,
+        "",
+        "[parking]\nstdio_reserved_children = 1\n[mrtr]\ngather_window = \"400ms\"\n",
+    ))
+    .await;
+    let attacker = ModernClient::new(&url);
+    for i in 0..3 {
+        let ex = attacker
+            .request("tools/call", json!({"name": "greet", "arguments": {}}))
+            .await
+            .unwrap();
+        assert_eq!(
+            ex.result_type(),
+            Some("input_required"),
+            "call {i}: {:?}",
+            ex.message
+        );
+    }
+    // Someone else's fresh call finds a child (without the reserve it waited
+    // upstream.response_timeout for one, then got 503).
+    let t0 = Instant::now();
+    let ex = ModernClient::new(&url)
+        .request(
+            "tools/call",
+            json!({"name": "add", "arguments": {"a": 2, "b": 3}}),
+        )
+        .await
+        .unwrap();
+    let latency = t0.elapsed();
+    assert_eq!(ex.status.as_u16(), 200, "{:?}", ex.message);
+    assert_eq!(text(ex.result().unwrap()), "5");
+    // Two parked; the third was not, and its retry will replay.
+    assert_eq!(metric(&gw, "mrtr_gateway_parked_calls", &[]), 2.0);
+    assert_eq!(
+        metric(
+            &gw,
+            "mrtr_gateway_limit_hits_total",
+            &[("limit", "parking_stdio_reserve")]
+        ),
+        1.0
+    );
+    println!(
+        "stdio_max_children 3, reserve 1: 3 elicitations, 2 parked, a fresh call served in {latency:?}"
+    );
+    running.stop().await;
+    gw.release_parked().await;
 }
 
 /// The gateway binary, run with at most `nofile` open files, on free loopback ports; `env`
