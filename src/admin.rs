@@ -152,8 +152,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, shutdown: Cancellati
         let policy = ConnPolicy {
             header_read_timeout: cfg.admin.header_read_timeout,
             idle_timeout: cfg.admin.idle_timeout,
-            // Probes and scrapes send one request at a time.
-            http2_max_concurrent_streams: 8,
+            http2_max_concurrent_streams: cfg.listen.http2_max_concurrent_streams,
         };
         drop(cfg);
         let svc_gw = gw.clone();

@@ -150,7 +150,8 @@ pub async fn serve<I, H, F>(
     });
     let conn = builder.serve_connection(TokioIo::new(io), svc).into_owned();
     let mut conn = std::pin::pin!(conn);
-    let tick_every = Duration::from_millis(250)
+    // How late a first-request or idle deadline may fire: at most half a second.
+    let tick_every = Duration::from_millis(500)
         .min(policy.idle_timeout)
         .min(policy.header_read_timeout);
     let mut tick = tokio::time::interval(tick_every);

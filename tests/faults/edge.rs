@@ -142,6 +142,7 @@ async fn stalled_bodies_hold_no_request_slot_and_are_closed_at_the_body_deadline
     )
     .await;
     let addr = env.running.addr;
+    let baseline = served(&env).await;
     let head = stalled_head(addr, "");
     let mut sockets = Vec::with_capacity(STALLED);
     for _ in 0..STALLED {
@@ -198,7 +199,8 @@ async fn stalled_bodies_hold_no_request_slot_and_are_closed_at_the_body_deadline
     );
     served(&env).await;
     println!(
-        "{STALLED} stalled bodies, 1024 slots: slots held {slots_held}, legitimate call {latency:?}, \
+        "{STALLED} stalled bodies, 1024 slots: slots held {slots_held}, legitimate call {latency:?} \
+         (before the attack: {baseline:?}), \
          all stalled connections answered 408 and closed {all_closed_after:?} after the last was sent \
          (body_read_timeout 3s)"
     );
@@ -220,6 +222,7 @@ async fn stalled_http2_streams_hold_no_request_slot_and_are_bounded_per_connecti
     )
     .await;
     let addr = env.running.addr;
+    let baseline = served(&env).await;
     let mut responses = Vec::new();
     let mut senders = Vec::new();
     let mut conns = Vec::new();
@@ -289,7 +292,8 @@ async fn stalled_http2_streams_hold_no_request_slot_and_are_bounded_per_connecti
     served(&env).await;
     println!(
         "{CONNS} HTTP/2 connections x {STREAMS} stalled streams (+1 held back each), 256 slots: \
-         slots held {slots_held}, legitimate call {latency:?}, connections closed {closed_after:?} \
+         slots held {slots_held}, legitimate call {latency:?} (before: {baseline:?}), \
+         connections closed {closed_after:?} \
          after the streams were opened (body_read_timeout 3s)"
     );
     env.stop().await;
