@@ -201,6 +201,18 @@ impl Rejection {
         .with_data(json!({"policyReason": policy_reason}))
     }
 
+    /// This caller holds its quota of something (429); others are still served. The message
+    /// names the quota's key; a `Retry-After` goes with it.
+    pub fn caller_quota(message: impl Into<String>, reason: &'static str) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            codes::INTERNAL_ERROR,
+            message,
+            Fault::Client,
+            reason,
+        )
+    }
+
     pub fn unavailable(message: impl Into<String>, reason: &'static str) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -115,7 +115,10 @@ impl Gateway {
             SingleUseMetrics::register(&metrics.registry).map_err(|e| e.to_string())?;
         let single_use = SingleUseStore::build(&config.single_use, single_use_metrics)
             .map_err(|e| e.to_string())?;
-        let long_lived = crate::front::long_lived::LongLived::new(metrics.listen_streams.clone());
+        let long_lived = crate::front::long_lived::LongLived::new(
+            metrics.listen_streams.clone(),
+            metrics.legacy_get_streams.clone(),
+        );
         let pool = Arc::new(SessionPool::new(
             PoolMetrics {
                 idle: metrics.pool_idle.clone(),

@@ -9,6 +9,7 @@ pub mod client;
 pub mod clock;
 pub mod commands;
 pub mod config;
+pub mod descriptor_budget;
 pub mod discover;
 pub mod error;
 pub mod front;

@@ -42,6 +42,12 @@ pub struct Metrics {
     pub legacy_passthrough: IntCounterVec,
     /// The policy stage's refusals and rewrites (`crate::policy`).
     pub policy: crate::policy::PolicyMetrics,
+    /// Requests whose body is still arriving (they hold no request slot yet).
+    pub requests_reading_body: IntGauge,
+    /// Passed-through standalone GET streams of legacy clients open now.
+    pub legacy_get_streams: IntGauge,
+    /// Accept errors other than a connection lost before it was accepted, by listener.
+    pub accept_errors: IntCounterVec,
 }
 
 /// Bounds a method label to the names the gateway knows.
@@ -164,7 +170,10 @@ impl Metrics {
             g
         };
         let legacy_sessions_active = gauge("legacy_sessions_active", "Legacy sessions open now.");
-        let active_requests = gauge("active_requests", "Modern requests in progress now.");
+        let active_requests = gauge(
+            "active_requests",
+            "Requests holding a request slot now (listen.max_concurrent_requests).",
+        );
         let active_connections = gauge("active_connections", "Client connections open now.");
         let draining = gauge(
             "draining",
@@ -207,6 +216,19 @@ impl Metrics {
         let listen_streams = gauge(
             "listen_streams",
             "subscriptions/listen streams open now (bounded by subscriptions.max_streams).",
+        );
+        let requests_reading_body = gauge(
+            "requests_reading_body",
+            "Requests whose body is still arriving (bounded by listen.body_read_timeout; no request slot yet).",
+        );
+        let legacy_get_streams = gauge(
+            "legacy_get_streams",
+            "Passed-through standalone GET streams of legacy clients open now (bounded by legacy_clients.max_get_streams).",
+        );
+        let accept_errors = counter_vec(
+            "accept_errors_total",
+            "Accept errors other than a connection lost before it was accepted (e.g. out of descriptors), by listener (mcp, admin).",
+            &["listener"],
         );
         let legacy_passthrough = counter_vec(
             "legacy_passthrough_total",
@@ -253,6 +275,9 @@ impl Metrics {
             limit_hits,
             listen_streams,
             legacy_passthrough,
+            requests_reading_body,
+            legacy_get_streams,
+            accept_errors,
         }
     }
 

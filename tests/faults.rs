@@ -10,8 +10,15 @@
 //! (the count after the third repetition is at most the count after the first, so
 //! connection pools that fill once do not count as growth). Upstream timeouts are short so
 //! each test stays well under ten seconds.
+//!
+//! Hostile clients at the front edge (stalled bodies, silent connections, connection caps, the
+//! admin listener, per-principal quotas on long-lived streams and parked stdio calls) are in
+//! `faults/edge.rs`.
 
 mod support;
+
+#[path = "faults/edge.rs"]
+mod edge;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin;
 use crate::config::Config;
+use crate::descriptor_budget;
 use crate::front::listener;
 use crate::front::tls::TlsReloader;
 use crate::gateway::Gateway;
@@ -27,6 +28,16 @@ pub async fn run(
     // Before any child can be started: descriptors inherited from whoever started the gateway
     // must not leak into stdio legacy servers.
     crate::inherited_fds::keep_from_children();
+    // Before anything opens a descriptor: room for the caps (see descriptor_budget).
+    let raised = descriptor_budget::raise_soft_limit();
+    if raised.after != raised.before {
+        tracing::info!(before = ?raised.before, after = ?raised.after, "raised the open-file limit to its hard limit");
+    }
+    if let Some(warning) =
+        descriptor_budget::shortfall(&descriptor_budget::need(&config), raised.after)
+    {
+        tracing::warn!("{warning}");
+    }
     let gw = Gateway::try_new(config).map_err(std::io::Error::other)?;
     let cfg = gw.config();
     let tls = match &cfg.tls {

@@ -10,9 +10,11 @@
 //! Every error is a [`ConfigError`] naming the file key (and the variable, when the value came
 //! from the environment); the binary turns it into exit status 64.
 
+mod admin;
 pub mod call_rule;
 mod duration;
 pub mod env;
+mod legacy_clients;
 pub mod raw;
 
 use std::net::SocketAddr;
@@ -21,7 +23,9 @@ use std::time::Duration;
 
 use base64::Engine;
 
+pub use admin::AdminConfig;
 pub use duration::parse_duration;
+pub use legacy_clients::LegacyClientsConfig;
 use raw::RawConfig;
 
 /// The secret printed in `config/gateway.toml`; public, so never fit for production.
@@ -83,6 +87,7 @@ pub struct Config {
     pub subscriptions: SubscriptionsConfig,
     /// What a legacy server may ask the client (`[policy]`).
     pub policy: crate::policy::PolicyConfig,
+    pub legacy_clients: LegacyClientsConfig,
 }
 
 /// `subscriptions/listen` streams.
@@ -92,6 +97,8 @@ pub struct SubscriptionsConfig {
     pub keepalive: Duration,
     /// Listen streams open at once on this replica.
     pub max_streams: usize,
+    /// Listen streams one principal may hold open at once.
+    pub max_streams_per_principal: usize,
     /// URIs one listen request may subscribe to.
     pub max_resource_subscriptions: usize,
 }
@@ -141,6 +148,9 @@ pub struct ParkingConfig {
     pub max_per_principal: usize,
     pub ttl: Duration,
     pub max_buffered_bytes: usize,
+    /// Stdio children parking never takes: calls may park only while at least this many of
+    /// `upstream.stdio_max_children` stay out of the parking lot, for fresh calls.
+    pub stdio_reserved_children: usize,
     pub rules: Vec<ParkingRule>,
 }
 
@@ -171,12 +181,13 @@ pub struct ListenConfig {
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_concurrent_requests: usize,
-}
-
-#[derive(Debug, Clone)]
-pub struct AdminConfig {
-    /// `None` when the admin listener is disabled (`addr = ""`).
-    pub addr: Option<SocketAddr>,
+    /// Longest time a request body may take to arrive, from its headers to its last byte.
+    pub body_read_timeout: Duration,
+    /// Client connections open at once, and from one source address.
+    pub max_connections: usize,
+    pub max_connections_per_source: usize,
+    /// HTTP/2 streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub http2_max_concurrent_streams: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -444,6 +455,29 @@ impl Config {
                 "listen.max_concurrent_requests",
                 raw.listen.max_concurrent_requests,
             )?,
+            body_read_timeout: bounded_duration(
+                "listen.body_read_timeout",
+                &raw.listen.body_read_timeout,
+                Duration::from_secs(600),
+            )?,
+            max_connections: in_range(
+                "listen.max_connections",
+                raw.listen.max_connections,
+                1,
+                1_000_000,
+            )?,
+            max_connections_per_source: in_range(
+                "listen.max_connections_per_source",
+                raw.listen.max_connections_per_source,
+                1,
+                1_000_000,
+            )?,
+            http2_max_concurrent_streams: in_range(
+                "listen.http2_max_concurrent_streams",
+                raw.listen.http2_max_concurrent_streams,
+                1,
+                10_000,
+            )? as u32,
         };
 
         let transport = match raw.upstream.transport.as_str() {
@@ -580,21 +614,7 @@ impl Config {
                 }
             },
         };
-        let admin = AdminConfig {
-            addr: if raw.admin.addr.is_empty() {
-                None
-            } else {
-                Some(raw.admin.addr.parse().map_err(|_| {
-                    ConfigError::new(
-                        "admin.addr",
-                        format!(
-                            "not a socket address: {:?} (or \"\" to disable)",
-                            raw.admin.addr
-                        ),
-                    )
-                })?)
-            },
-        };
+        let admin = admin::admin_config(&raw.admin)?;
         let tls = tls_config(&raw.tls, base_dir)?;
         let drain = DrainConfig {
             readiness_delay: duration("drain.readiness_delay", &raw.drain.readiness_delay)?,
@@ -612,7 +632,7 @@ impl Config {
                 ));
             },
         };
-        let parking = parking_config(&raw.parking, state.ttl)?;
+        let parking = parking_config(&raw.parking, state.ttl, upstream.stdio.max_children)?;
         let pool = PoolConfig {
             mode: match raw.pool.mode.as_str() {
                 "pooled" => PoolMode::Pooled,
@@ -635,7 +655,9 @@ impl Config {
         let single_use = crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir)?;
         let subscriptions = subscriptions_config(&raw.subscriptions)?;
         let policy = crate::policy::PolicyConfig::from_raw(&raw.policy)?;
+        let legacy_clients = legacy_clients::legacy_clients_config(&raw.legacy_clients)?;
         Ok(Config {
+            legacy_clients,
             policy,
             pool,
             subscriptions,
@@ -773,6 +795,11 @@ fn subscriptions_config(raw: &raw::RawSubscriptions) -> Result<SubscriptionsConf
     Ok(SubscriptionsConfig {
         keepalive,
         max_streams: bounded("subscriptions.max_streams", raw.max_streams, 1_000_000)?,
+        max_streams_per_principal: bounded(
+            "subscriptions.max_streams_per_principal",
+            raw.max_streams_per_principal,
+            1_000_000,
+        )?,
         max_resource_subscriptions: bounded(
             "subscriptions.max_resource_subscriptions",
             raw.max_resource_subscriptions,
@@ -783,6 +810,29 @@ fn subscriptions_config(raw: &raw::RawSubscriptions) -> Result<SubscriptionsConf
 
 fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
     parse_duration(text).map_err(|m| ConfigError::new(key, m))
+}
+
+/// A duration greater than zero and at most `max`.
+fn bounded_duration(key: &str, text: &str, max: Duration) -> Result<Duration, ConfigError> {
+    let d = nonzero_duration(key, text)?;
+    if d > max {
+        return Err(ConfigError::new(
+            key,
+            format!("must be at most {}", humantime::format_duration(max)),
+        ));
+    }
+    Ok(d)
+}
+
+/// A count between `min` and `max`, inclusive.
+fn in_range(key: &str, n: u64, min: u64, max: u64) -> Result<usize, ConfigError> {
+    if n < min || n > max {
+        return Err(ConfigError::new(
+            key,
+            format!("must be between {min} and {max}"),
+        ));
+    }
+    usize::try_from(n).map_err(|_| ConfigError::new(key, "too large"))
 }
 
 fn nonzero_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
@@ -909,6 +959,7 @@ fn park_policy(key: &str, text: &str) -> Result<ParkPolicy, ConfigError> {
 fn parking_config(
     raw: &raw::RawParking,
     state_ttl: Duration,
+    stdio_max_children: usize,
 ) -> Result<ParkingConfig, ConfigError> {
     // Unset: two minutes, or the state TTL if that is shorter.
     let ttl = if raw.ttl.is_empty() {
@@ -945,6 +996,16 @@ fn parking_config(
         max_per_principal: usize::try_from(raw.max_per_principal).unwrap_or(usize::MAX),
         ttl,
         max_buffered_bytes: positive_size("parking.max_buffered_bytes", raw.max_buffered_bytes)?,
+        // Unset: a quarter of the children, at least one.
+        stdio_reserved_children: match raw.stdio_reserved_children {
+            None => (stdio_max_children / 4).max(1).min(stdio_max_children),
+            Some(n) => in_range(
+                "parking.stdio_reserved_children",
+                n,
+                0,
+                stdio_max_children as u64,
+            )?,
+        },
         rules,
     })
 }
@@ -1330,6 +1391,111 @@ mod tests {
             let e = err_of(&format!("[subscriptions]\n{body}\n{}", minimal()));
             assert_eq!(e.key, key, "{body}: {e}");
         }
+    }
+
+    #[test]
+    fn edge_limits_have_defaults_and_bounds_and_name_their_key_and_variable() {
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert_eq!(c.listen.body_read_timeout, Duration::from_secs(10));
+        assert_eq!(
+            (
+                c.listen.max_connections,
+                c.listen.max_connections_per_source
+            ),
+            (4096, 1024)
+        );
+        assert_eq!(c.listen.http2_max_concurrent_streams, 100);
+        assert_eq!(c.subscriptions.max_streams_per_principal, 16);
+        assert_eq!(
+            (
+                c.legacy_clients.max_get_streams,
+                c.legacy_clients.max_get_streams_per_principal
+            ),
+            (256, 16)
+        );
+        assert_eq!(
+            (
+                c.admin.max_connections,
+                c.admin.header_read_timeout,
+                c.admin.idle_timeout
+            ),
+            (64, Duration::from_secs(5), Duration::from_secs(30))
+        );
+        // A quarter of the stdio children, at least one.
+        assert_eq!(c.parking.stdio_reserved_children, 2);
+        let stdio = |children: u64, reserved: &str| {
+            format!(
+                "[upstream]\ntransport = \"stdio\"\ncommand = [\"x\"]\nstdio_max_children = {children}\n\
+                 [parking]\n{reserved}\n{}",
+                minimal()
+            )
+        };
+        let one = Config::from_toml_str(&stdio(1, ""), &[], None).unwrap();
+        assert_eq!(one.parking.stdio_reserved_children, 1);
+        let zero = Config::from_toml_str(&stdio(4, "stdio_reserved_children = 0"), &[], None);
+        assert_eq!(zero.unwrap().parking.stdio_reserved_children, 0);
+        assert_eq!(
+            err_of(&stdio(4, "stdio_reserved_children = 5")).key,
+            "parking.stdio_reserved_children"
+        );
+        for (section, body, key) in [
+            (
+                "listen",
+                "body_read_timeout = \"0s\"",
+                "listen.body_read_timeout",
+            ),
+            (
+                "listen",
+                "body_read_timeout = \"11m\"",
+                "listen.body_read_timeout",
+            ),
+            ("listen", "max_connections = 0", "listen.max_connections"),
+            (
+                "listen",
+                "max_connections_per_source = 0",
+                "listen.max_connections_per_source",
+            ),
+            (
+                "listen",
+                "http2_max_concurrent_streams = 0",
+                "listen.http2_max_concurrent_streams",
+            ),
+            ("admin", "max_connections = 0", "admin.max_connections"),
+            ("admin", "idle_timeout = \"0s\"", "admin.idle_timeout"),
+            (
+                "admin",
+                "allowed_hosts = [\"http://x\"]",
+                "admin.allowed_hosts[0]",
+            ),
+            (
+                "subscriptions",
+                "max_streams_per_principal = 0",
+                "subscriptions.max_streams_per_principal",
+            ),
+            (
+                "legacy_clients",
+                "max_get_streams = 0",
+                "legacy_clients.max_get_streams",
+            ),
+            (
+                "legacy_clients",
+                "max_get_streams_per_principal = 0",
+                "legacy_clients.max_get_streams_per_principal",
+            ),
+        ] {
+            let e = err_of(&format!("[{section}]\n{body}\n{}", minimal()));
+            assert_eq!(e.key, key, "{body}: {e}");
+        }
+        let vars = vec![(
+            "MRTR_GATEWAY__LISTEN__MAX_CONNECTIONS_PER_SOURCE".to_string(),
+            "0".to_string(),
+        )];
+        let e = Config::from_toml_str(&minimal(), &vars, None).unwrap_err();
+        assert_eq!(e.key, "listen.max_connections_per_source");
+        assert_eq!(
+            e.env_var.as_deref(),
+            Some("MRTR_GATEWAY__LISTEN__MAX_CONNECTIONS_PER_SOURCE")
+        );
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub struct RawConfig {
     pub subscriptions: RawSubscriptions,
     #[serde(default)]
     pub policy: crate::policy::config::RawPolicy,
+    #[serde(default)]
+    pub legacy_clients: RawLegacyClients,
 }
 
 #[derive(Debug, Deserialize, serde::Serialize)]
@@ -57,6 +59,10 @@ pub struct RawListen {
     pub header_read_timeout: String,
     pub idle_timeout: String,
     pub max_concurrent_requests: u64,
+    pub body_read_timeout: String,
+    pub max_connections: u64,
+    pub max_connections_per_source: u64,
+    pub http2_max_concurrent_streams: u64,
 }
 
 impl Default for RawListen {
@@ -69,6 +75,10 @@ impl Default for RawListen {
             header_read_timeout: "10s".into(),
             idle_timeout: "2m".into(),
             max_concurrent_requests: 1024,
+            body_read_timeout: "10s".into(),
+            max_connections: 4096,
+            max_connections_per_source: 1024,
+            http2_max_concurrent_streams: 100,
         }
     }
 }
@@ -231,12 +241,20 @@ impl Default for RawLog {
 #[serde(deny_unknown_fields, default)]
 pub struct RawAdmin {
     pub addr: String,
+    pub max_connections: u64,
+    pub header_read_timeout: String,
+    pub idle_timeout: String,
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for RawAdmin {
     fn default() -> Self {
         RawAdmin {
             addr: "127.0.0.1:9090".into(),
+            max_connections: 64,
+            header_read_timeout: "5s".into(),
+            idle_timeout: "30s".into(),
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -291,6 +309,7 @@ pub struct RawParking {
     pub max_per_principal: u64,
     pub ttl: String,
     pub max_buffered_bytes: u64,
+    pub stdio_reserved_children: Option<u64>,
     pub rules: Vec<RawParkingRule>,
 }
 
@@ -302,6 +321,7 @@ impl Default for RawParking {
             max_per_principal: 100,
             ttl: String::new(),
             max_buffered_bytes: 1024 * 1024,
+            stdio_reserved_children: None,
             rules: Vec::new(),
         }
     }
@@ -346,6 +366,7 @@ impl Default for RawPool {
 pub struct RawSubscriptions {
     pub keepalive: String,
     pub max_streams: u64,
+    pub max_streams_per_principal: u64,
     pub max_resource_subscriptions: u64,
 }
 
@@ -354,7 +375,25 @@ impl Default for RawSubscriptions {
         RawSubscriptions {
             keepalive: "15s".into(),
             max_streams: 256,
+            max_streams_per_principal: 16,
             max_resource_subscriptions: 64,
+        }
+    }
+}
+
+/// `[legacy_clients]`: legacy clients passed through by the dual-era front.
+#[derive(Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLegacyClients {
+    pub max_get_streams: u64,
+    pub max_get_streams_per_principal: u64,
+}
+
+impl Default for RawLegacyClients {
+    fn default() -> Self {
+        RawLegacyClients {
+            max_get_streams: 256,
+            max_get_streams_per_principal: 16,
         }
     }
 }

@@ -6,30 +6,22 @@ use tracing::Instrument;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Limited};
 use serde_json::Value;
 
+use super::admission::{self, Caller};
 use super::ingress::{self, Parsed};
 use super::listener::ConnInfo;
 use super::respond::{self, Body};
-use super::{legacy_passthrough, listen};
-use crate::auth::{AuthRequest, Authenticator};
+use super::{legacy_passthrough, listen, request_body};
+use crate::auth::{AuthRequest, Authenticator, Principal};
 use crate::config::Config;
 use crate::error::Rejection;
 use crate::gateway::Gateway;
+use crate::legacy::session::SESSION_HEADER;
 use crate::metrics::method_label;
 use crate::mrtr::engine::{self, Call};
 use crate::protocol::methods::{Route, required_server_capability, route};
 use crate::translate;
-
-/// Counts a request in the "active" gauge for as long as it lives.
-struct ActiveGuard(prometheus::IntGauge);
-
-impl Drop for ActiveGuard {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
 
 /// Counts the outcome and writes the one access-log line of the request (inside its span,
 /// which carries the request id and instance id). Never logs payloads, states or answers.
@@ -102,37 +94,20 @@ pub async fn handle(
     req: Request<hyper::body::Incoming>,
     conn: &ConnInfo,
 ) -> Response<Body> {
-    gw.metrics.active_requests.inc();
-    let _active = ActiveGuard(gw.metrics.active_requests.clone());
     let cfg = gw.config();
-
-    // Phase 0: load shedding. A slot is held until the response body is done.
-    let Some(slot) = gw.try_request_slot() else {
-        gw.metrics
-            .limit_hits
-            .with_label_values(&["max_concurrent_requests"])
-            .inc();
-        let rej = Rejection::unavailable(
-            format!(
-                "the gateway is serving its limit of {} requests (listen.max_concurrent_requests); retry shortly",
-                cfg.listen.max_concurrent_requests
-            ),
-            "overloaded",
-        )
-        .with_header(header::RETRY_AFTER, "1");
-        return refuse(&gw, "other", None, rej);
-    };
     let span = tracing::info_span!(
         "request",
         request_id = %crate::gateway::random_instance_id(),
         instance_id = %gw.instance_id,
     );
-    let response = handle_inner(gw, req, conn, &cfg, span.clone())
+    handle_inner(gw, req, conn, &cfg, span.clone())
         .instrument(span)
-        .await;
-    respond::with_guard(response, slot)
+        .await
 }
 
+/// The phases before a request holds anything: Origin, endpoint, caller, body. Each refusal
+/// here costs the gateway no request slot, so a client that stalls or is refused cannot take
+/// one from the others.
 async fn handle_inner(
     gw: Arc<Gateway>,
     req: Request<hyper::body::Incoming>,
@@ -158,7 +133,8 @@ async fn handle_inner(
     }
 
     // Phase 1: the endpoint. Only `listen.path`, only POST (2026-07-28 has no GET stream and
-    // no sessions to DELETE) — except for legacy clients of the dual-era front.
+    // no sessions to DELETE) — except for legacy clients of the dual-era front, whose GET or
+    // DELETE names a session (checked once the caller is known).
     if req.uri().path() != cfg.listen.path {
         let rej = Rejection::new(
             StatusCode::NOT_FOUND,
@@ -169,60 +145,132 @@ async fn handle_inner(
         );
         return refuse(&gw, "other", None, rej);
     }
-    if req.method() != Method::POST {
-        // Hook (dual-era front): a legacy client's GET stream or DELETE on a session this
-        // gateway sealed is passed through; any other GET or DELETE is still 405.
-        if legacy_passthrough::is_session_bodyless(&gw, req.method(), req.headers()) {
-            let (parts, _) = req.into_parts();
-            return match legacy_passthrough::serve_session(
-                &gw,
-                parts.method,
-                &parts.headers,
-                None,
-                conn,
-            )
-            .await
-            {
-                Ok(response) => response,
-                Err(rej) => refuse(&gw, "other", None, rej),
-            };
-        }
-        let rej = Rejection::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            crate::jsonrpc::codes::INVALID_REQUEST,
-            "this MCP endpoint accepts POST only (2026-07-28 has no GET stream and no sessions)",
-            crate::error::Fault::Client,
-            "method_not_allowed",
-        )
-        .with_header(header::ALLOW, "POST");
-        return refuse(&gw, "other", None, rej);
+    let bodyless_session = matches!(*req.method(), Method::GET | Method::DELETE)
+        && req.headers().contains_key(SESSION_HEADER);
+    if req.method() != Method::POST && !bodyless_session {
+        return refuse(&gw, "other", None, method_not_allowed());
     }
 
-    // Phase 2: the body, within its size limit.
+    // Phase 2: who is calling, from the headers alone: every request is authenticated on its
+    // own (there is no session), before its body is read or a slot is taken, so an
+    // unauthenticated caller holds nothing and learns nothing more.
+    let auth = gw.auth();
+    let principal = match auth
+        .authenticate(AuthRequest {
+            headers: req.headers(),
+            peer: conn.peer,
+            client_cert_der: conn.client_cert_der.as_deref().map(Vec::as_slice),
+        })
+        .await
+    {
+        Ok(p) => p,
+        Err(e) => return refuse(&gw, "other", None, e.into()),
+    };
+    let caller = Caller::of(
+        principal.as_str(),
+        conn.peer.ip(),
+        principal.as_str() == crate::auth::ANONYMOUS,
+    );
+
+    // Phase 3: the body, within its size limit and its deadline. A late body closes the
+    // connection: the rest of it must not be read as the next request.
     let (parts, body) = req.into_parts();
-    let limit = cfg.listen.max_body_bytes;
-    let bytes: Bytes = match Limited::new(body, limit).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            gw.metrics
-                .limit_hits
-                .with_label_values(&["max_body_bytes"])
-                .inc();
-            let rej = Rejection::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                crate::jsonrpc::codes::INVALID_REQUEST,
-                format!("the request body exceeds listen.max_body_bytes ({limit} bytes)"),
-                crate::error::Fault::Client,
-                "body_too_large",
-            );
-            return refuse(&gw, "other", None, rej);
-        }
-        Err(e) => {
-            let rej = Rejection::invalid_request(format!("could not read the request body: {e}"));
-            return refuse(&gw, "other", None, rej);
+    let bytes = if bodyless_session {
+        Bytes::new()
+    } else {
+        match request_body::read(
+            body,
+            cfg.listen.max_body_bytes,
+            cfg.listen.body_read_timeout,
+            &gw.metrics.requests_reading_body,
+        )
+        .await
+        {
+            Ok(b) => b,
+            Err(e) => {
+                if let Some(limit) = e.limit() {
+                    gw.metrics.limit_hits.with_label_values(&[limit]).inc();
+                }
+                if e.closes_connection() {
+                    conn.close.cancel();
+                }
+                return refuse(&gw, "other", None, e.into());
+            }
         }
     };
 
+    // Phase 4: a request slot, now that the request is real; held until the response body
+    // is done (long-lived streams give it back once they start).
+    let slot = match admission::take_slot(&gw) {
+        Ok(slot) => slot,
+        Err(rej) => return refuse(&gw, "other", None, rej),
+    };
+    let request = Admitted {
+        parts,
+        bytes,
+        principal,
+        caller,
+        auth,
+    };
+    let response = if bodyless_session {
+        serve_bodyless_session(&gw, request).await
+    } else {
+        serve(gw, request, cfg, span).await
+    };
+    admission::hold_until_done(response, slot)
+}
+
+fn method_not_allowed() -> Rejection {
+    Rejection::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        crate::jsonrpc::codes::INVALID_REQUEST,
+        "this MCP endpoint accepts POST only (2026-07-28 has no GET stream and no sessions)",
+        crate::error::Fault::Client,
+        "method_not_allowed",
+    )
+    .with_header(header::ALLOW, "POST")
+}
+
+/// A request that passed the front's admission: authenticated, body read, slot held.
+struct Admitted {
+    parts: http::request::Parts,
+    bytes: Bytes,
+    principal: Principal,
+    caller: Caller,
+    auth: Arc<Authenticator>,
+}
+
+/// Hook (dual-era front): a legacy client's GET stream or DELETE on a session this gateway
+/// sealed is passed through; any other GET or DELETE is still 405.
+async fn serve_bodyless_session(gw: &Gateway, r: Admitted) -> Response<Body> {
+    if !legacy_passthrough::is_session_bodyless(gw, &r.parts.method, &r.parts.headers) {
+        return refuse(gw, "other", None, method_not_allowed());
+    }
+    match legacy_passthrough::serve_session(
+        gw,
+        r.parts.method,
+        &r.parts.headers,
+        None,
+        r.principal.as_str(),
+        &r.caller,
+    )
+    .await
+    {
+        Ok(response) => response,
+        Err(rej) => refuse(gw, "other", None, rej),
+    }
+}
+
+/// The request path for an admitted POST: the legacy-client hook, the JSON-RPC ladder,
+/// routing, and serving.
+async fn serve(gw: Arc<Gateway>, r: Admitted, cfg: &Config, span: tracing::Span) -> Response<Body> {
+    let Admitted {
+        parts,
+        bytes,
+        principal,
+        caller,
+        auth,
+    } = r;
     // Hook (dual-era front): a POST on a legacy client's session goes to the legacy server
     // as it is, before modern parsing (it may be a notification, a batch, or an answer).
     if legacy_passthrough::is_session_post(&parts.headers) {
@@ -231,7 +279,8 @@ async fn handle_inner(
             Method::POST,
             &parts.headers,
             Some(bytes),
-            conn,
+            principal.as_str(),
+            &caller,
         )
         .await
         {
@@ -240,7 +289,7 @@ async fn handle_inner(
         };
     }
 
-    // Phase 3: JSON-RPC envelope, then headers / version / _meta in the spec's order.
+    // Phase 5: JSON-RPC envelope, then headers / version / _meta in the spec's order.
     let env = match ingress::parse_envelope(&bytes) {
         Ok(Parsed::Request(env)) => env,
         Ok(Parsed::Notification) => return respond::empty(StatusCode::ACCEPTED),
@@ -248,20 +297,6 @@ async fn handle_inner(
             let (id, rej) = *refused;
             return refuse(&gw, "other", id.as_ref(), rej);
         }
-    };
-    // Who is calling: every request is authenticated on its own (there is no session).
-    // Before the header ladder, so an unauthenticated caller learns nothing more.
-    let auth = gw.auth();
-    let principal = match auth
-        .authenticate(AuthRequest {
-            headers: &parts.headers,
-            peer: conn.peer,
-            client_cert_der: conn.client_cert_der.as_deref().map(Vec::as_slice),
-        })
-        .await
-    {
-        Ok(p) => p,
-        Err(e) => return refuse(&gw, &env.method, Some(&env.id), e.into()),
     };
     // Hook (dual-era front): `initialize` selects legacy semantics, whatever its headers; it
     // skips the modern header ladder and opens a passed-through legacy session.
@@ -287,7 +322,7 @@ async fn handle_inner(
         Err(rej) => return refuse(&gw, &env.method, Some(&env.id), rej),
     };
 
-    // Phase 4: routing. Removed and unknown methods, and methods the legacy server does not
+    // Phase 6: routing. Removed and unknown methods, and methods the legacy server does not
     // offer, are "not found".
     let r = route(&env.method);
     if r == Route::NotFound {
@@ -320,6 +355,7 @@ async fn handle_inner(
         let params = env.params.clone().unwrap_or(Value::Null);
         return match listen::serve(
             &gw,
+            &caller,
             &env.id,
             &params,
             accepts_sse(&parts.headers),
@@ -346,7 +382,7 @@ async fn handle_inner(
         return response;
     }
 
-    // Phase 5: serve through a legacy session; stream notifications if any come first.
+    // Phase 7: serve through a legacy session; stream notifications if any come first.
     let call = Call {
         id: env.id.clone(),
         method: env.method.clone(),

@@ -26,10 +26,13 @@
 //! `Last-Event-ID`, trace context and the credentials `[auth] upstream_credentials` asks for,
 //! with `Mcp-Session-Id: S`. The answer comes back unchanged and unbuffered (status, JSON or
 //! SSE body, `Content-Type`, `Cache-Control`, `Allow`, `Retry-After`), with `S` swapped back to
-//! `T`. The front's limits apply as to any request: `Origin`, authentication, body size, request
-//! slots. A POST's response stream is cut after `upstream.call_timeout`
-//! (`limit_hits_total{limit="legacy_passthrough_call_timeout"}`); a GET stream lives until the
-//! client leaves or the gateway shuts down (the client reopens it, on any replica).
+//! `T`. The front's limits apply as to any request: `Origin`, authentication (before anything
+//! else is read), body size and deadline, request slots. A POST's response stream is cut after
+//! `upstream.call_timeout` (`limit_hits_total{limit="legacy_passthrough_call_timeout"}`); a GET
+//! stream lives until the client leaves or the gateway shuts down (the client reopens it, on
+//! any replica). A GET stream gives its request slot back once it starts; instead it counts
+//! against `legacy_clients.max_get_streams` per replica (503) and
+//! `legacy_clients.max_get_streams_per_principal` per caller (429).
 //!
 //! **Only Streamable HTTP upstreams.** A legacy session must be addressable by id from any
 //! replica. The 2024-11-05 HTTP+SSE transport ties a session to one long-lived connection, and
@@ -48,9 +51,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::listener::ConnInfo;
+use super::admission::Caller;
+use super::long_lived::{self, StreamPlace, StreamRefusal};
 use super::respond::Body;
-use crate::auth::{AuthRequest, Authenticator};
+use crate::auth::Authenticator;
 use crate::error::{Fault, Rejection};
 use crate::gateway::{Gateway, session_rejection};
 use crate::jsonrpc::codes;
@@ -122,32 +126,16 @@ fn kind_label(method: &Method) -> &'static str {
     }
 }
 
-async fn authenticate(
-    auth: &Authenticator,
-    headers: &HeaderMap,
-    conn: &ConnInfo,
-) -> Result<String, Rejection> {
-    auth.authenticate(AuthRequest {
-        headers,
-        peer: conn.peer,
-        client_cert_der: conn.client_cert_der.as_deref().map(Vec::as_slice),
-    })
-    .await
-    .map(|p| p.0)
-    .map_err(Rejection::from)
-}
-
-/// Serves a request on an existing legacy session (a POST, the GET stream, a DELETE).
+/// Serves a request on an existing legacy session (a POST, the GET stream, a DELETE), for a
+/// caller already authenticated as `principal`.
 pub async fn serve_session(
     gw: &Gateway,
     method: Method,
     headers: &HeaderMap,
     body: Option<Bytes>,
-    conn: &ConnInfo,
+    principal: &str,
+    caller: &Caller,
 ) -> Result<Response<Body>, Rejection> {
-    // Authentication first, so a caller without credentials learns nothing about the id.
-    let auth = gw.auth();
-    let principal = authenticate(&auth, headers, conn).await?;
     let Some((token, ticket)) = ticket_of(gw, headers) else {
         return Err(unknown_session("legacy_session_unknown"));
     };
@@ -155,8 +143,16 @@ pub async fn serve_session(
         tracing::warn!(%principal, "a legacy session id issued to another principal was presented");
         return Err(unknown_session("legacy_session_wrong_principal"));
     }
+    // The standalone GET stream lives as long as the client keeps it: it counts against its
+    // own cap and the caller's quota instead of a request slot.
+    let place = if method == Method::GET {
+        Some(admit_get_stream(gw, caller)?)
+    } else {
+        None
+    };
     let kind = kind_label(&method);
-    forward(
+    let auth = gw.auth();
+    let response = forward(
         gw,
         &auth,
         Forward {
@@ -164,11 +160,57 @@ pub async fn serve_session(
             method,
             headers,
             session: Some((&token, &ticket)),
-            principal: &principal,
+            principal,
             body,
         },
     )
-    .await
+    .await?;
+    Ok(match place {
+        Some(place) => {
+            let mut response = super::respond::with_guard(response, place);
+            long_lived::mark(&mut response);
+            response
+        }
+        None => response,
+    })
+}
+
+/// A place for one more passed-through GET stream: 503 when the replica holds
+/// `legacy_clients.max_get_streams`, 429 when this caller holds its quota.
+fn admit_get_stream(gw: &Gateway, caller: &Caller) -> Result<StreamPlace, Rejection> {
+    let limits = &gw.config().legacy_clients;
+    let refusal = match gw.long_lived.admit_legacy_get(
+        caller,
+        limits.max_get_streams,
+        limits.max_get_streams_per_principal,
+    ) {
+        Ok(place) => return Ok(place),
+        Err(r) => r,
+    };
+    let (label, rejection) = match refusal {
+        StreamRefusal::Full => (
+            "max_legacy_get_streams",
+            Rejection::unavailable(
+                format!(
+                    "this gateway replica holds its limit of {} legacy GET streams (legacy_clients.max_get_streams); retry shortly",
+                    limits.max_get_streams
+                ),
+                "max_legacy_get_streams",
+            ),
+        ),
+        StreamRefusal::CallerQuota => (
+            "max_legacy_get_streams_per_principal",
+            Rejection::caller_quota(
+                format!(
+                    "you already hold {} legacy GET streams on this replica (legacy_clients.max_get_streams_per_principal); close one first",
+                    limits.max_get_streams_per_principal
+                ),
+                "legacy_get_stream_quota",
+            ),
+        ),
+    };
+    gw.metrics.limit_hits.with_label_values(&[label]).inc();
+    Err(rejection.with_header(header::RETRY_AFTER, "5"))
 }
 
 /// Serves a legacy `initialize` (already authenticated as `principal`); `params` are the

@@ -7,8 +7,10 @@
 //!    `resourceSubscriptions`); a member of the wrong type is -32602, more URIs than
 //!    `subscriptions.max_resource_subscriptions` too.
 //! 2. **Admission.** At most `subscriptions.max_streams` streams per replica (503 +
-//!    `Retry-After` beyond, `limit_hits_total{limit="max_listen_streams"}`), none once the
-//!    shutdown has begun. A stream also holds its request slot for as long as it lives.
+//!    `Retry-After` beyond, `limit_hits_total{limit="max_listen_streams"}`) and
+//!    `subscriptions.max_streams_per_principal` per caller (429 + `Retry-After`,
+//!    `limit="max_listen_streams_per_principal"`), none once the shutdown has begun. A stream
+//!    gives its request slot back once it starts: these caps bound it instead.
 //! 3. **Legacy session.** A session of its own, declaring no client capabilities; opening it
 //!    opens the standalone GET stream, where legacy servers send `list_changed` and
 //!    `resources/updated`. The **agreed** filter is the requested one cut down to what that
@@ -54,7 +56,8 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::long_lived::ListenPlace;
+use super::admission::Caller;
+use super::long_lived::{self, StreamPlace, StreamRefusal};
 use super::respond::{self, Body};
 use crate::error::{Fault, Rejection};
 use crate::gateway::{Gateway, session_rejection};
@@ -346,6 +349,7 @@ async fn subscribe(
 /// `init` is the cached legacy `InitializeResult` (identity when no session is opened).
 pub async fn serve(
     gw: &Gateway,
+    caller: &Caller,
     id: &Value,
     params: &Value,
     accepts_sse: bool,
@@ -382,19 +386,40 @@ pub async fn serve(
         )
         .with_header(header::RETRY_AFTER, "1"));
     }
-    let Some(place) = gw.long_lived.admit_listen(limits.max_streams) else {
-        gw.metrics
-            .limit_hits
-            .with_label_values(&["max_listen_streams"])
-            .inc();
-        return Err(Rejection::unavailable(
-            format!(
-                "this gateway replica holds its limit of {} listen streams (subscriptions.max_streams); retry shortly",
-                limits.max_streams
-            ),
-            "max_listen_streams",
-        )
-        .with_header(header::RETRY_AFTER, "5"));
+    let place = match gw.long_lived.admit_listen(
+        caller,
+        limits.max_streams,
+        limits.max_streams_per_principal,
+    ) {
+        Ok(place) => place,
+        Err(StreamRefusal::Full) => {
+            gw.metrics
+                .limit_hits
+                .with_label_values(&["max_listen_streams"])
+                .inc();
+            return Err(Rejection::unavailable(
+                format!(
+                    "this gateway replica holds its limit of {} listen streams (subscriptions.max_streams); retry shortly",
+                    limits.max_streams
+                ),
+                "max_listen_streams",
+            )
+            .with_header(header::RETRY_AFTER, "5"));
+        }
+        Err(StreamRefusal::CallerQuota) => {
+            gw.metrics
+                .limit_hits
+                .with_label_values(&["max_listen_streams_per_principal"])
+                .inc();
+            return Err(Rejection::caller_quota(
+                format!(
+                    "you already hold {} listen streams on this replica (subscriptions.max_streams_per_principal); close one first",
+                    limits.max_streams_per_principal
+                ),
+                "listen_stream_quota",
+            )
+            .with_header(header::RETRY_AFTER, "5"));
+        }
     };
 
     let mut agreed = Filter::default();
@@ -473,7 +498,9 @@ pub async fn serve(
         let bytes = st.next_chunk().await?;
         Some((Ok::<_, Infallible>(Frame::data(bytes)), st))
     });
-    Ok(respond::sse_response(StreamBody::new(body).boxed_unsync()))
+    let mut response = respond::sse_response(StreamBody::new(body).boxed_unsync());
+    long_lived::mark(&mut response);
+    Ok(response)
 }
 
 /// One open listen stream, driven by the response body: dropping the body drops this, and
@@ -495,7 +522,7 @@ struct ListenStream {
     server_info: Value,
     /// The final response has been sent.
     ended: bool,
-    _place: ListenPlace,
+    _place: StreamPlace,
 }
 
 async fn next_inbound(feed: &mut Option<Feed>) -> Option<Inbound> {

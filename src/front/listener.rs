@@ -1,27 +1,25 @@
-//! The TCP (optionally TLS) listener: accepts connections, serves HTTP/1.1 and HTTP/2,
-//! enforces the connection-level limits, and drains on shutdown.
+//! The TCP (optionally TLS) listener: accepts connections within the connection caps, serves
+//! HTTP/1.1 and HTTP/2 under the connection limits, and drains on shutdown.
 //!
-//! Per connection: the TLS handshake (when configured) is bounded by
-//! `listen.header_read_timeout`; HTTP/1 request headers must arrive within that timeout too;
-//! a connection with no request in flight for `listen.idle_timeout` is closed gracefully.
-//! Shutdown stops accepting, asks every connection to finish its in-flight requests, and waits
-//! up to the drain deadline.
+//! Per connection: the caps (`listen.max_connections`, `listen.max_connections_per_source`)
+//! are applied at accept ([`super::accept`]); the TLS handshake (when configured) is bounded
+//! by `listen.header_read_timeout`; then [`super::connection`] bounds the first request, HTTP/1
+//! headers, idleness and HTTP/2 streams. Shutdown stops accepting, asks every connection to
+//! finish its in-flight requests, and waits up to the drain deadline.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::accept::{Acceptor, CapLabels};
+use super::conn_limits::Caps;
+use super::connection::{self, ConnPolicy, LimitCounter};
 use super::handler::handle;
-use super::respond;
 use super::tls::TlsReloader;
 use crate::gateway::Gateway;
 
@@ -31,49 +29,10 @@ pub struct ConnInfo {
     pub peer: SocketAddr,
     /// DER of the verified client certificate (front TLS with client auth only).
     pub client_cert_der: Option<Arc<Vec<u8>>>,
-}
-
-/// Requests in flight on one connection, and when it last went quiet.
-struct Activity {
-    started: Instant,
-    inflight: AtomicUsize,
-    quiet_since_ms: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Arc<Activity> {
-        Arc::new(Activity {
-            started: Instant::now(),
-            inflight: AtomicUsize::new(0),
-            quiet_since_ms: AtomicU64::new(0),
-        })
-    }
-
-    fn idle_for(&self) -> Option<Duration> {
-        if self.inflight.load(Ordering::Acquire) > 0 {
-            return None;
-        }
-        let since = Duration::from_millis(self.quiet_since_ms.load(Ordering::Acquire));
-        Some(self.started.elapsed().saturating_sub(since))
-    }
-}
-
-/// Held by a response body; marks the connection busy until the body is done.
-struct Busy(Arc<Activity>);
-
-impl Busy {
-    fn new(a: &Arc<Activity>) -> Busy {
-        a.inflight.fetch_add(1, Ordering::AcqRel);
-        Busy(a.clone())
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        let now = self.0.started.elapsed().as_millis() as u64;
-        self.0.quiet_since_ms.store(now, Ordering::Release);
-        self.0.inflight.fetch_sub(1, Ordering::AcqRel);
-    }
+    /// Cancelled by the request path to close the connection once its current responses are
+    /// sent (a request whose body did not arrive in time: the rest of it may still come, and
+    /// would be read as the next request).
+    pub close: CancellationToken,
 }
 
 struct ConnGauge(prometheus::IntGauge);
@@ -93,51 +52,31 @@ async fn serve_connection<I>(
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let cfg = gw.config();
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(cfg.listen.header_read_timeout);
-    builder.http2().timer(TokioTimer::new());
-    let activity = Activity::new();
-    let svc_activity = activity.clone();
+    let policy = ConnPolicy {
+        header_read_timeout: cfg.listen.header_read_timeout,
+        idle_timeout: cfg.listen.idle_timeout,
+        http2_max_concurrent_streams: cfg.listen.http2_max_concurrent_streams,
+    };
+    drop(cfg);
+    let counter = LimitCounter {
+        hits: gw.metrics.limit_hits.clone(),
+        header_timeout: "header_read_timeout",
+        idle: "idle_timeout",
+    };
+    let close = info.close.clone();
     let svc_gw = gw.clone();
-    let svc = service_fn(move |req| {
+    let handler = move |req| {
         let gw = svc_gw.clone();
         let info = info.clone();
-        let busy = Busy::new(&svc_activity);
-        async move {
-            let resp = handle(gw, req, &info).await;
-            Ok::<_, std::convert::Infallible>(respond::with_guard(resp, busy))
-        }
-    });
-    let conn = builder.serve_connection(TokioIo::new(io), svc).into_owned();
-    let mut conn = std::pin::pin!(conn);
-    let idle_limit = cfg.listen.idle_timeout;
-    let mut tick = tokio::time::interval(Duration::from_millis(500).min(idle_limit));
-    let mut shutting_down = false;
-    loop {
-        tokio::select! {
-            res = conn.as_mut() => {
-                if let Err(e) = res {
-                    tracing::debug!(error = %e, "connection ended with an error");
-                }
-                return;
-            }
-            _ = shutdown.cancelled(), if !shutting_down => {
-                shutting_down = true;
-                conn.as_mut().graceful_shutdown();
-            }
-            _ = tick.tick(), if !shutting_down => {
-                if activity.idle_for().is_some_and(|d| d >= idle_limit) {
-                    shutting_down = true;
-                    gw.metrics.limit_hits.with_label_values(&["idle_timeout"]).inc();
-                    conn.as_mut().graceful_shutdown();
-                }
-            }
-        }
-    }
+        async move { handle(gw, req, &info).await }
+    };
+    connection::serve(io, policy, &counter, shutdown, close, handler).await;
 }
+
+const CAP_LABELS: CapLabels = CapLabels {
+    total: "max_connections",
+    per_source: "max_connections_per_source",
+};
 
 /// Serves `listener` until `shutdown` fires, then waits up to `drain` for open connections.
 pub async fn serve(
@@ -148,18 +87,29 @@ pub async fn serve(
     drain: Duration,
 ) {
     let tracker = TaskTracker::new();
+    let mut acceptor = Acceptor::new(
+        listener,
+        "mcp",
+        CAP_LABELS,
+        &gw.metrics.accept_errors,
+        gw.metrics.limit_hits.clone(),
+    );
+    let caps_gw = gw.clone();
+    let caps = move || {
+        let l = &caps_gw.config().listen;
+        Caps {
+            total: l.max_connections,
+            per_source: Some(l.max_connections_per_source),
+        }
+    };
     loop {
-        let (stream, peer) = tokio::select! {
+        let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            a = acceptor.next(&caps) => a,
         };
+        let peer = accepted.peer;
+        let stream = accepted.stream;
+        let permit = accepted.permit;
         let _ = stream.set_nodelay(true);
         let gw = gw.clone();
         let tls = tls.clone();
@@ -168,11 +118,13 @@ pub async fn serve(
         let gauge = ConnGauge(gw.metrics.active_connections.clone());
         tracker.spawn(async move {
             let _gauge = gauge;
+            let _permit = permit;
             match tls {
                 None => {
                     let info = Arc::new(ConnInfo {
                         peer,
                         client_cert_der: None,
+                        close: CancellationToken::new(),
                     });
                     serve_connection(gw, stream, info, shutdown).await;
                 }
@@ -202,13 +154,14 @@ pub async fn serve(
                     let info = Arc::new(ConnInfo {
                         peer,
                         client_cert_der,
+                        close: CancellationToken::new(),
                     });
                     serve_connection(gw, tls_stream, info, shutdown).await;
                 }
             }
         });
     }
-    drop(listener);
+    drop(acceptor);
     tracker.close();
     if tokio::time::timeout(drain, tracker.wait()).await.is_err() {
         tracing::warn!(?drain, "connections still open after the drain deadline");

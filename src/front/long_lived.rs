@@ -4,50 +4,127 @@
 //! They would otherwise hold a drain until its deadline, so they watch one gateway-wide
 //! signal, fired when the listener stops accepting ([`LongLived::begin_shutdown`]): a listen
 //! stream then ends with its graceful final response, a legacy GET stream simply ends (the
-//! legacy client reopens it, on another replica if need be). This module also counts the
-//! listen streams against `subscriptions.max_streams`.
+//! legacy client reopens it, on another replica if need be).
+//!
+//! They do not hold a request slot once they stream ([`mark`], and
+//! [`super::admission::hold_until_done`]); instead each kind has a cap per replica and a quota
+//! per caller ([`super::admission::Caller`]), counted here: listen streams against
+//! `subscriptions.max_streams` / `max_streams_per_principal`, legacy GET streams against
+//! `legacy_clients.max_get_streams` / `max_get_streams_per_principal`.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
+use http::Response;
 use tokio_util::sync::CancellationToken;
+
+use super::admission::Caller;
 
 pub struct LongLived {
     shutdown: CancellationToken,
-    listen: Arc<ListenCount>,
+    listen: Arc<StreamCount>,
+    legacy_get: Arc<StreamCount>,
     /// List-change and resource-update notifications seen on other sessions of this replica
     /// (per-call, pooled): many legacy servers (FastMCP among them) tell only the session whose
     /// request caused the change, which is never a listen stream's own session.
     relay: tokio::sync::broadcast::Sender<serde_json::Value>,
 }
 
-struct ListenCount {
+/// The open streams of one kind: in all (also readable without the lock), and per caller.
+struct StreamCount {
     open: AtomicUsize,
+    per_caller: Mutex<HashMap<Caller, usize>>,
     gauge: prometheus::IntGauge,
 }
 
-/// One admitted listen stream; dropping it frees the place.
-pub struct ListenPlace(Weak<ListenCount>);
+/// Why a stream was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamRefusal {
+    /// The replica holds its cap of this kind of stream (503: the gateway is full).
+    Full,
+    /// This caller holds its quota (429: this caller's doing).
+    CallerQuota,
+}
 
-impl Drop for ListenPlace {
+/// One admitted long-lived stream; dropping it frees the place.
+pub struct StreamPlace {
+    count: Weak<StreamCount>,
+    caller: Caller,
+}
+
+impl Drop for StreamPlace {
     fn drop(&mut self) {
-        if let Some(count) = self.0.upgrade() {
+        if let Some(count) = self.count.upgrade() {
+            let mut per = count.per_caller.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = per.get_mut(&self.caller) {
+                *n -= 1;
+                if *n == 0 {
+                    per.remove(&self.caller);
+                }
+            }
             count.open.fetch_sub(1, Ordering::AcqRel);
             count.gauge.dec();
         }
     }
 }
 
+impl StreamCount {
+    fn new(gauge: prometheus::IntGauge) -> Arc<StreamCount> {
+        Arc::new(StreamCount {
+            open: AtomicUsize::new(0),
+            per_caller: Mutex::new(HashMap::new()),
+            gauge,
+        })
+    }
+
+    fn admit(
+        self: &Arc<Self>,
+        caller: &Caller,
+        max: usize,
+        max_per_caller: usize,
+    ) -> Result<StreamPlace, StreamRefusal> {
+        let mut per = self.per_caller.lock().unwrap_or_else(|e| e.into_inner());
+        if self.open.load(Ordering::Acquire) >= max {
+            return Err(StreamRefusal::Full);
+        }
+        let mine = per.entry(caller.clone()).or_insert(0);
+        if *mine >= max_per_caller {
+            return Err(StreamRefusal::CallerQuota);
+        }
+        *mine += 1;
+        self.open.fetch_add(1, Ordering::AcqRel);
+        self.gauge.inc();
+        Ok(StreamPlace {
+            count: Arc::downgrade(self),
+            caller: caller.clone(),
+        })
+    }
+}
+
+/// Marks a response as long-lived: it gives its request slot back once it starts.
+#[derive(Debug, Clone, Copy)]
+struct LongLivedResponse;
+
+pub fn mark<B>(response: &mut Response<B>) {
+    response.extensions_mut().insert(LongLivedResponse);
+}
+
+pub fn is_long_lived<B>(response: &Response<B>) -> bool {
+    response.extensions().get::<LongLivedResponse>().is_some()
+}
+
 impl LongLived {
-    /// `gauge` shows the listen streams open now.
-    pub fn new(gauge: prometheus::IntGauge) -> LongLived {
+    /// The gauges show the listen streams and the legacy GET streams open now.
+    pub fn new(
+        listen_gauge: prometheus::IntGauge,
+        legacy_get_gauge: prometheus::IntGauge,
+    ) -> LongLived {
         LongLived {
             relay: tokio::sync::broadcast::channel(64).0,
             shutdown: CancellationToken::new(),
-            listen: Arc::new(ListenCount {
-                open: AtomicUsize::new(0),
-                gauge,
-            }),
+            listen: StreamCount::new(listen_gauge),
+            legacy_get: StreamCount::new(legacy_get_gauge),
         }
     }
 
@@ -61,16 +138,24 @@ impl LongLived {
         &self.shutdown
     }
 
-    /// A place for one more listen stream, or `None` when `max` are open.
-    pub fn admit_listen(&self, max: usize) -> Option<ListenPlace> {
-        self.listen
-            .open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()?;
-        self.listen.gauge.inc();
-        Some(ListenPlace(Arc::downgrade(&self.listen)))
+    /// A place for one more listen stream of `caller`, or which limit refused it.
+    pub fn admit_listen(
+        &self,
+        caller: &Caller,
+        max: usize,
+        max_per_caller: usize,
+    ) -> Result<StreamPlace, StreamRefusal> {
+        self.listen.admit(caller, max, max_per_caller)
+    }
+
+    /// A place for one more passed-through legacy GET stream of `caller`.
+    pub fn admit_legacy_get(
+        &self,
+        caller: &Caller,
+        max: usize,
+        max_per_caller: usize,
+    ) -> Result<StreamPlace, StreamRefusal> {
+        self.legacy_get.admit(caller, max, max_per_caller)
     }
 
     /// Offers a session-wide notification seen on a call's session to every listen stream.
@@ -94,26 +179,60 @@ impl LongLived {
     pub fn listen_streams(&self) -> usize {
         self.listen.open.load(Ordering::Acquire)
     }
+
+    /// Passed-through legacy GET streams open now.
+    pub fn legacy_get_streams(&self) -> usize {
+        self.legacy_get.open.load(Ordering::Acquire)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn caller(name: &str) -> Caller {
+        Caller::of(name, "127.0.0.1".parse().unwrap(), false)
+    }
+
     #[test]
-    fn places_are_bounded_and_returned_on_drop() {
+    fn places_are_bounded_in_all_and_per_caller_and_returned_on_drop() {
         let gauge = prometheus::IntGauge::new("g", "g").unwrap();
-        let l = LongLived::new(gauge.clone());
-        let a = l.admit_listen(2).unwrap();
-        let _b = l.admit_listen(2).unwrap();
-        assert!(l.admit_listen(2).is_none());
-        assert_eq!((l.listen_streams(), gauge.get()), (2, 2));
+        let other = prometheus::IntGauge::new("o", "o").unwrap();
+        let l = LongLived::new(gauge.clone(), other.clone());
+        let (alice, bob, carol) = (caller("alice"), caller("bob"), caller("carol"));
+        let a = l.admit_listen(&alice, 3, 2).unwrap();
+        let _a2 = l.admit_listen(&alice, 3, 2).unwrap();
+        assert_eq!(
+            l.admit_listen(&alice, 3, 2).err(),
+            Some(StreamRefusal::CallerQuota)
+        );
+        let _b = l.admit_listen(&bob, 3, 2).unwrap();
+        assert_eq!(
+            l.admit_listen(&carol, 3, 2).err(),
+            Some(StreamRefusal::Full)
+        );
+        assert_eq!((l.listen_streams(), gauge.get()), (3, 3));
         drop(a);
-        assert_eq!((l.listen_streams(), gauge.get()), (1, 1));
-        assert!(l.admit_listen(2).is_some());
+        assert_eq!((l.listen_streams(), gauge.get()), (2, 2));
+        assert!(l.admit_listen(&alice, 3, 2).is_ok());
+        // The kinds are counted apart.
+        let _g = l.admit_legacy_get(&alice, 1, 1).unwrap();
+        assert_eq!((l.legacy_get_streams(), other.get()), (1, 1));
+        assert_eq!(
+            l.admit_legacy_get(&bob, 1, 1).err(),
+            Some(StreamRefusal::Full)
+        );
         assert!(!l.shutdown().is_cancelled());
         l.begin_shutdown();
         l.begin_shutdown();
         assert!(l.shutdown().is_cancelled());
+    }
+
+    #[test]
+    fn a_marked_response_is_long_lived() {
+        let mut r = Response::new(());
+        assert!(!is_long_lived(&r));
+        mark(&mut r);
+        assert!(is_long_lived(&r));
     }
 }

@@ -29,6 +29,7 @@ use super::answers::AnswerBook;
 use super::at_most_once::{self, Claimed};
 use super::input_key::KeyMinter;
 use super::origin;
+use super::parking::{ParkLimits, Refused};
 use super::run::{Captured, Mode, Question, Run};
 use super::state_size;
 use super::url_required;
@@ -106,18 +107,6 @@ fn park_only_lost(call: &Call) -> Rejection {
         Fault::Client,
         "park_only_lost",
     )
-}
-
-fn park_only_full(call: &Call) -> Rejection {
-    Rejection::unavailable(
-        format!(
-            "{} is park-only and the parking lot is full (parking.max_calls / max_per_principal); \
-             the call was cancelled rather than left to re-execute on retry",
-            call.describe()
-        ),
-        "parking_full",
-    )
-    .with_header(http::header::RETRY_AFTER, "1")
 }
 
 /// Serves `tools/call`, `prompts/get` or `resources/read`.
@@ -341,30 +330,39 @@ async fn execute(
         None
     } else if policy != ParkPolicy::Replay && cfg.parking.max_calls > 0 {
         let (parked_call, inbound) = run.into_parked(questions, minter, call.describe());
-        let p = &cfg.parking;
-        match gw.parking.park(
-            parked_call,
-            inbound,
-            &call.principal,
-            p.ttl,
-            p.max_calls,
-            p.max_per_principal,
-            p.max_buffered_bytes,
-        ) {
+        let limits = ParkLimits {
+            ttl: cfg.parking.ttl,
+            max_calls: cfg.parking.max_calls,
+            max_per_principal: cfg.parking.max_per_principal,
+            max_buffered_bytes: cfg.parking.max_buffered_bytes,
+            max_stdio: cfg
+                .upstream
+                .stdio
+                .max_children
+                .saturating_sub(cfg.parking.stdio_reserved_children),
+        };
+        match gw
+            .parking
+            .park(parked_call, inbound, &call.principal, &limits)
+        {
             Ok(handle) => Some(handle),
             Err(refused) => {
-                let (parked_call, _inbound) = *refused;
+                let Refused {
+                    call: parked_call,
+                    reason,
+                    ..
+                } = *refused;
                 gw.metrics
                     .limit_hits
-                    .with_label_values(&["parking_full"])
+                    .with_label_values(&[reason.limit()])
                     .inc();
                 let _ = parked_call
                     .session
-                    .cancel(parked_call.call_id, "parking lot full")
+                    .cancel(parked_call.call_id, "not parked")
                     .await;
                 parked_call.session.close().await;
                 if policy == ParkPolicy::ParkOnly {
-                    return Err(park_only_full(call));
+                    return Err(reason.park_only_rejection(&call.describe()));
                 }
                 None
             }

@@ -7,8 +7,13 @@
 //! again. Everything the legacy server sends meanwhile is buffered (up to
 //! `parking.max_buffered_bytes`); a parked call whose stream ends, whose buffer overflows, or
 //! whose `parking.ttl` passes is cancelled upstream (`notifications/cancelled` + session end)
-//! and dropped. Limits: `parking.max_calls` in all, `parking.max_per_principal` per principal;
-//! when either is reached new calls are simply not parked.
+//! and dropped. Limits: `parking.max_calls` in all, `parking.max_per_principal` per principal,
+//! and, for stdio sessions, `upstream.stdio_max_children` less
+//! `parking.stdio_reserved_children`: a parked stdio call keeps its child process, and without
+//! that reserve a few parked calls (even of one caller) would hold every child, so that no
+//! fresh call could start until `parking.ttl` passed. When a limit is reached new calls are
+//! simply not parked (their retry replays; `park-only` calls fail: 429 when it is the
+//! caller's quota, 503 when the lot or the children are full).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,8 +22,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use http::header;
+
 use super::input_key::KeyMinter;
 use super::run::Question;
+use crate::error::Rejection;
 use crate::legacy::session::{Inbound, LegacySession, StreamTag};
 
 /// What a parked call needs to resume.
@@ -68,8 +76,80 @@ enum Watch {
     Broken(Eviction),
 }
 
+/// The limits a call is parked under (from `[parking]` and `[upstream]`).
+#[derive(Debug, Clone, Copy)]
+pub struct ParkLimits {
+    pub ttl: Duration,
+    pub max_calls: usize,
+    pub max_per_principal: usize,
+    pub max_buffered_bytes: usize,
+    /// Stdio sessions that may be parked at once: `upstream.stdio_max_children` less
+    /// `parking.stdio_reserved_children`.
+    pub max_stdio: usize,
+}
+
+/// Which limit kept a call out of the lot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParkRefusal {
+    /// `parking.max_calls` are parked.
+    Full,
+    /// This principal holds `parking.max_per_principal`.
+    PrincipalQuota,
+    /// Parking this stdio call would leave fewer than `parking.stdio_reserved_children`
+    /// children for fresh calls.
+    StdioReserve,
+}
+
+impl ParkRefusal {
+    /// The `limit_hits_total` label.
+    pub fn limit(self) -> &'static str {
+        match self {
+            ParkRefusal::Full => "parking_full",
+            ParkRefusal::PrincipalQuota => "parking_per_principal",
+            ParkRefusal::StdioReserve => "parking_stdio_reserve",
+        }
+    }
+
+    /// The answer to a `park-only` call that could not be parked (`what` names the call):
+    /// 429 for the caller's own quota, 503 when the gateway is full.
+    pub fn park_only_rejection(self, what: &str) -> Rejection {
+        let rejection = match self {
+            ParkRefusal::Full => Rejection::unavailable(
+                format!(
+                    "{what} is park-only and the parking lot is full (parking.max_calls); \
+                     the call was cancelled rather than left to re-execute on retry"
+                ),
+                "parking_full",
+            ),
+            ParkRefusal::PrincipalQuota => Rejection::caller_quota(
+                format!(
+                    "{what} is park-only and you already hold parking.max_per_principal parked calls; \
+                     the call was cancelled rather than left to re-execute on retry: finish or abandon one first"
+                ),
+                "parking_quota",
+            ),
+            ParkRefusal::StdioReserve => Rejection::unavailable(
+                format!(
+                    "{what} is park-only and parking it would take one of the stdio children kept for fresh calls \
+                     (parking.stdio_reserved_children); the call was cancelled rather than left to re-execute on retry"
+                ),
+                "parking_full",
+            ),
+        };
+        rejection.with_header(header::RETRY_AFTER, "1")
+    }
+}
+
+/// A call the lot did not take, given back with why.
+pub struct Refused {
+    pub call: ParkedCall,
+    pub inbound: mpsc::Receiver<Inbound>,
+    pub reason: ParkRefusal,
+}
+
 struct Slot {
     call: ParkedCall,
+    stdio: bool,
     principal: String,
     expires: Instant,
     stop: CancellationToken,
@@ -80,6 +160,8 @@ struct Slot {
 struct Inner {
     slots: HashMap<String, Slot>,
     per_principal: HashMap<String, usize>,
+    /// Parked calls holding a stdio child.
+    stdio: usize,
 }
 
 pub struct ParkingLot {
@@ -147,36 +229,47 @@ impl ParkingLot {
     }
 
     /// Parks `call` under a fresh handle, or gives it back when a limit is reached.
-    #[allow(clippy::too_many_arguments)]
     pub fn park(
         &self,
         call: ParkedCall,
         inbound: mpsc::Receiver<Inbound>,
         principal: &str,
-        ttl: Duration,
-        max_calls: usize,
-        max_per_principal: usize,
-        max_buffered_bytes: usize,
-    ) -> Result<String, Box<(ParkedCall, mpsc::Receiver<Inbound>)>> {
+        limits: &ParkLimits,
+    ) -> Result<String, Box<Refused>> {
         let mut inner = self.lock();
         let mine = inner.per_principal.get(principal).copied().unwrap_or(0);
-        if inner.slots.len() >= max_calls || mine >= max_per_principal {
-            return Err(Box::new((call, inbound)));
+        let stdio = matches!(call.session, LegacySession::Stdio(_));
+        let refusal = if inner.slots.len() >= limits.max_calls {
+            Some(ParkRefusal::Full)
+        } else if mine >= limits.max_per_principal {
+            Some(ParkRefusal::PrincipalQuota)
+        } else if stdio && inner.stdio >= limits.max_stdio {
+            Some(ParkRefusal::StdioReserve)
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
+            return Err(Box::new(Refused {
+                call,
+                inbound,
+                reason,
+            }));
         }
         let handle = crate::state::payload::random_id();
         let stop = CancellationToken::new();
         let watcher = tokio::spawn(buffer(
             inbound,
             call.call_id,
-            max_buffered_bytes,
+            limits.max_buffered_bytes,
             stop.clone(),
         ));
         inner.slots.insert(
             handle.clone(),
             Slot {
                 call,
+                stdio,
                 principal: principal.to_string(),
-                expires: Instant::now() + ttl,
+                expires: Instant::now() + limits.ttl,
                 stop,
                 watcher,
             },
@@ -185,6 +278,7 @@ impl ParkingLot {
             .per_principal
             .entry(principal.to_string())
             .or_insert(0) += 1;
+        inner.stdio += usize::from(stdio);
         self.gauge.set(inner.slots.len() as i64);
         Ok(handle)
     }
@@ -192,6 +286,7 @@ impl ParkingLot {
     fn remove(&self, handle: &str) -> Option<Slot> {
         let mut inner = self.lock();
         let slot = inner.slots.remove(handle)?;
+        inner.stdio -= usize::from(slot.stdio);
         if let Some(n) = inner.per_principal.get_mut(&slot.principal) {
             *n -= 1;
             if *n == 0 {

@@ -32,6 +32,9 @@ pub const METRICS: &[&str] = &[
     "policy_refusals_total",
     "policy_max_tokens_clamped_total",
     "legacy_result_fields_dropped_total",
+    "requests_reading_body",
+    "legacy_get_streams",
+    "accept_errors_total",
 ];
 
 /// The histograms, whose series also appear as `_bucket`, `_sum` and `_count`.

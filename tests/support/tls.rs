@@ -52,16 +52,13 @@ impl Ca {
     }
 }
 
-/// One HTTPS POST (HTTP/1.1) to `addr`, trusting `ca_pem`, optionally with a client certificate.
-/// Returns the status, the body, and the DER of the certificate the server presented.
-pub async fn post(
+/// A TLS connection to `addr` (ALPN http/1.1), trusting `ca_pem`, optionally with a client
+/// certificate; nothing is sent on it yet.
+pub async fn connect(
     addr: SocketAddr,
     ca_pem: &str,
     client: Option<&Leaf>,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Result<(u16, Bytes, Vec<u8>), String> {
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
@@ -85,10 +82,23 @@ pub async fn post(
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
     let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-    let tls = connector
+    connector
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
-        .map_err(|e| format!("handshake: {e}"))?;
+        .map_err(|e| format!("handshake: {e}"))
+}
+
+/// One HTTPS POST (HTTP/1.1) to `addr`, trusting `ca_pem`, optionally with a client certificate.
+/// Returns the status, the body, and the DER of the certificate the server presented.
+pub async fn post(
+    addr: SocketAddr,
+    ca_pem: &str,
+    client: Option<&Leaf>,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<(u16, Bytes, Vec<u8>), String> {
+    let tls = connect(addr, ca_pem, client).await?;
     let server_cert = tls
         .get_ref()
         .1

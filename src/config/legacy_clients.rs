@@ -1,0 +1,31 @@
+//! `[legacy_clients]`: limits on what legacy clients of the dual-era front may hold open.
+
+use super::{ConfigError, in_range, raw::RawLegacyClients};
+
+#[derive(Debug, Clone)]
+pub struct LegacyClientsConfig {
+    /// Passed-through standalone GET streams open at once on this replica.
+    pub max_get_streams: usize,
+    /// Of those, how many one principal may hold.
+    pub max_get_streams_per_principal: usize,
+}
+
+pub(super) fn legacy_clients_config(
+    raw: &RawLegacyClients,
+) -> Result<LegacyClientsConfig, ConfigError> {
+    let max_get_streams = in_range(
+        "legacy_clients.max_get_streams",
+        raw.max_get_streams,
+        1,
+        1_000_000,
+    )?;
+    Ok(LegacyClientsConfig {
+        max_get_streams,
+        max_get_streams_per_principal: in_range(
+            "legacy_clients.max_get_streams_per_principal",
+            raw.max_get_streams_per_principal,
+            1,
+            1_000_000,
+        )?,
+    })
+}
