@@ -442,6 +442,9 @@ pub fn session_rejection(e: &SessionError) -> Rejection {
         SessionError::Http(HttpError::Connect(_)) => {
             Rejection::upstream(e.to_string(), "upstream_unreachable")
         }
+        SessionError::Http(HttpError::Tls { .. }) => {
+            Rejection::upstream(e.to_string(), "upstream_tls_failed")
+        }
         SessionError::Http(HttpError::TooLarge(_)) => {
             Rejection::upstream(e.to_string(), "upstream_too_large")
         }

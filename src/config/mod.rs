@@ -258,6 +258,8 @@ pub struct UpstreamConfig {
     pub resume_attempts: u32,
     /// Upper bound on the server's `retry` delay before reconnecting an SSE stream.
     pub resume_max_delay: Duration,
+    /// TLS toward an `https` URL (`None` for `http` and stdio).
+    pub tls: Option<crate::legacy::upstream_tls::UpstreamTls>,
     pub stdio: StdioConfig,
 }
 
@@ -459,6 +461,7 @@ impl Config {
                 format!("must be one of {LEGACY_VERSIONS:?}"),
             ));
         }
+        let upstream_tls_url = url.clone();
         let upstream = UpstreamConfig {
             transport,
             url,
@@ -496,6 +499,7 @@ impl Config {
                 "upstream.resume_max_delay",
                 &raw.upstream.resume_max_delay,
             )?,
+            tls: upstream_tls(&raw.upstream, transport, &upstream_tls_url, base_dir)?,
             stdio: stdio_config(&raw.upstream, transport, base_dir)?,
         };
 
@@ -998,6 +1002,39 @@ fn stdio_config(
             &raw.stdio_shutdown_grace,
         )?,
     })
+}
+
+/// The `https` upstream's TLS files, read and checked; refused where they would be unused.
+fn upstream_tls(
+    raw: &raw::RawUpstream,
+    transport: UpstreamTransport,
+    url: &url::Url,
+    base_dir: Option<&Path>,
+) -> Result<Option<crate::legacy::upstream_tls::UpstreamTls>, ConfigError> {
+    use crate::legacy::upstream_tls::{UpstreamTls, UpstreamTlsFiles};
+    let files = UpstreamTlsFiles {
+        ca_file: raw.ca_file.as_ref().map(|f| resolve(base_dir, f)),
+        client_cert_file: raw.client_cert_file.as_ref().map(|f| resolve(base_dir, f)),
+        client_key_file: raw.client_key_file.as_ref().map(|f| resolve(base_dir, f)),
+    };
+    let https = transport != UpstreamTransport::Stdio && url.scheme() == "https";
+    if !https {
+        let set = [
+            ("upstream.ca_file", &files.ca_file),
+            ("upstream.client_cert_file", &files.client_cert_file),
+            ("upstream.client_key_file", &files.client_key_file),
+        ];
+        if let Some((key, _)) = set.iter().find(|(_, v)| v.is_some()) {
+            return Err(ConfigError::new(
+                *key,
+                "only used with an https upstream.url (and an HTTP transport)",
+            ));
+        }
+        return Ok(None);
+    }
+    UpstreamTls::load(&files)
+        .map(Some)
+        .map_err(|e| ConfigError::new(e.key, e.message))
 }
 
 fn tls_config(

@@ -264,7 +264,10 @@ impl<'g> Run<'g> {
                 Err(e) => {
                     session.close().await;
                     // A refused connection never carried the call; anything later might have.
-                    let call_sent = !matches!(e, SessionError::Http(HttpError::Connect(_)));
+                    let call_sent = !matches!(
+                        e,
+                        SessionError::Http(HttpError::Connect(_) | HttpError::Tls { .. })
+                    );
                     return Err(StartError {
                         rejection: session_rejection(&e),
                         call_sent,
