@@ -7,19 +7,17 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use http::{HeaderMap, StatusCode};
+use http::HeaderMap;
 use tokio::sync::mpsc;
 
 use crate::auth::Authenticator;
 use crate::config::{Config, PoolMode};
 use crate::discover::DiscoverCache;
-use crate::error::{Fault, Rejection};
-use crate::jsonrpc::codes;
+use crate::error::Rejection;
 use crate::legacy::capabilities::Declared;
-use crate::legacy::http::HttpError;
 use crate::legacy::limit_hits::LimitHits;
 use crate::legacy::pool::{PoolKey, PoolMetrics, SessionPool};
-use crate::legacy::session::{Inbound, LegacySession, SessionError};
+use crate::legacy::session::{Inbound, LegacySession};
 use crate::legacy::upstream::Upstream;
 use crate::metrics::Metrics;
 use crate::mrtr::parking::ParkingLot;
@@ -193,7 +191,8 @@ impl Gateway {
             self.single_use.store(Arc::new(store));
         }
         if format!("{:?}", old.upstream) != format!("{:?}", new.upstream) {
-            tracing::info!(upstream = %new.upstream.url, "upstream changed; new calls use it");
+            let upstream = crate::config::redact::redacted_url(&new.upstream.url);
+            tracing::info!(%upstream, "upstream changed; new calls use it");
             self.upstream.store(Arc::new(Upstream::from_config(
                 &new.upstream,
                 LimitHits::new(self.metrics.limit_hits.clone()),
@@ -422,7 +421,7 @@ impl Gateway {
                 Ok((session, rx))
             }
             Err(e) => {
-                let rej = session_rejection(&e);
+                let rej = crate::upstream_error::session_rejection(&e);
                 self.metrics
                     .legacy_sessions_failed
                     .with_label_values(&[rej.reason])
@@ -433,45 +432,5 @@ impl Gateway {
     }
 }
 
-/// How a legacy-session failure is reported to the modern client.
-pub fn session_rejection(e: &SessionError) -> Rejection {
-    match e {
-        SessionError::Http(HttpError::Timeout(_)) => {
-            Rejection::upstream_timeout(e.to_string(), "upstream_timeout")
-        }
-        SessionError::Http(HttpError::Connect(_)) => {
-            Rejection::upstream(e.to_string(), "upstream_unreachable")
-        }
-        SessionError::Http(HttpError::Tls { .. }) => {
-            Rejection::upstream(e.to_string(), "upstream_tls_failed")
-        }
-        SessionError::Http(HttpError::TooLarge(_)) => {
-            Rejection::upstream(e.to_string(), "upstream_too_large")
-        }
-        SessionError::Http(_) => Rejection::upstream(e.to_string(), "upstream_http_error"),
-        SessionError::Initialize(_) => {
-            Rejection::upstream(e.to_string(), "upstream_initialize_failed")
-        }
-        SessionError::Expired => Rejection::upstream(e.to_string(), "upstream_session_expired"),
-        SessionError::Protocol(_) => Rejection::upstream(e.to_string(), "upstream_protocol_error"),
-        SessionError::Spawn(_) => Rejection::upstream(e.to_string(), "upstream_spawn_failed"),
-        SessionError::Gone(_) => Rejection::upstream(e.to_string(), "upstream_stream_broken"),
-        SessionError::Backoff { retry_in, .. } => Rejection::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            codes::INTERNAL_ERROR,
-            e.to_string(),
-            Fault::Upstream,
-            "upstream_spawn_backoff",
-        )
-        .with_header(http::header::RETRY_AFTER, retry_after(*retry_in)),
-        SessionError::Saturated { .. } => {
-            Rejection::unavailable(e.to_string(), "stdio_max_children")
-                .with_header(http::header::RETRY_AFTER, "1")
-        }
-    }
-}
-
-/// Whole seconds for `Retry-After`, at least 1.
-fn retry_after(d: std::time::Duration) -> String {
-    d.as_secs_f64().ceil().max(1.0).to_string()
-}
+/// How a legacy-session failure is reported to the modern client (see [`crate::upstream_error`]).
+pub use crate::upstream_error::session_rejection;

@@ -2,14 +2,15 @@
 
 use std::path::Path;
 
+use crate::config::redact::redacted_url;
 use crate::config::{Config, UpstreamTransport};
 
-/// Validates `path`; on success returns a one-line summary.
+/// Validates `path`; on success returns a one-line summary (URL userinfo redacted).
 pub fn check(path: &Path) -> Result<String, crate::config::ConfigError> {
     let c = Config::load(path)?;
     let upstream = match c.upstream.transport {
-        UpstreamTransport::StreamableHttp => c.upstream.url.to_string(),
-        UpstreamTransport::Sse => format!("{} (HTTP+SSE)", c.upstream.url),
+        UpstreamTransport::StreamableHttp => redacted_url(&c.upstream.url),
+        UpstreamTransport::Sse => format!("{} (HTTP+SSE)", redacted_url(&c.upstream.url)),
         UpstreamTransport::Stdio => format!("stdio: {}", c.upstream.stdio.command.join(" ")),
     };
     Ok(format!(

@@ -13,6 +13,7 @@
 mod duration;
 pub mod env;
 pub mod raw;
+pub mod redact;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -647,7 +648,7 @@ impl Config {
     }
 }
 
-const REDACTED: &str = "<redacted>";
+use redact::REDACTED;
 
 /// Replaces secret values in a raw configuration before it is printed.
 fn redact(raw: &mut RawConfig) {
@@ -661,13 +662,9 @@ fn redact(raw: &mut RawConfig) {
         *v = REDACTED.into();
     }
     for u in &mut raw.single_use.redis.urls {
-        if let Ok(mut parsed) = url::Url::parse(u)
-            && parsed.password().is_some()
-            && parsed.set_password(Some(REDACTED)).is_ok()
-        {
-            *u = parsed.to_string();
-        }
+        *u = redact::redacted_url_text(u);
     }
+    raw.upstream.url = redact::redacted_url_text(&raw.upstream.url);
 }
 
 /// The capability set warm sessions declare: names of what a modern client declares.

@@ -122,13 +122,14 @@ pub async fn handle(
         .with_header(header::RETRY_AFTER, "1");
         return refuse(&gw, "other", None, rej);
     };
+    let request_id = crate::request_id::RequestId::new();
     let span = tracing::info_span!(
         "request",
-        request_id = %crate::gateway::random_instance_id(),
+        request_id = %request_id,
         instance_id = %gw.instance_id,
     );
-    let response = handle_inner(gw, req, conn, &cfg, span.clone())
-        .instrument(span)
+    let response = request_id
+        .scope(handle_inner(gw, req, conn, &cfg, span.clone()).instrument(span))
         .await;
     respond::with_guard(response, slot)
 }

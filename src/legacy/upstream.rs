@@ -12,6 +12,7 @@ use super::limit_hits::LimitHits;
 use super::session::{Inbound, LegacySession, SessionError};
 use super::stdio_upstream::StdioUpstream;
 use super::streamable_http::HttpSession;
+use crate::config::redact::redacted_url;
 use crate::config::{UpstreamConfig, UpstreamTransport};
 
 pub enum Upstream {
@@ -35,11 +36,11 @@ impl Upstream {
         }
     }
 
-    /// Where the legacy server is, for logs.
+    /// Where the legacy server is, for logs (URL userinfo redacted).
     pub fn describe(&self) -> String {
         match self {
-            Upstream::Http(h) => h.url.to_string(),
-            Upstream::Sse(h) => format!("{} (HTTP+SSE)", h.url),
+            Upstream::Http(h) => redacted_url(&h.url),
+            Upstream::Sse(h) => format!("{} (HTTP+SSE)", redacted_url(&h.url)),
             Upstream::Stdio(s) => format!("stdio: {}", s.describe()),
         }
     }
