@@ -1,8 +1,8 @@
 //! The gateway's shared state: configuration, upstream client, state codec, caches, metrics.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -39,7 +39,8 @@ pub struct Gateway {
     /// Bounds requests served at once (`listen.max_concurrent_requests`).
     request_slots: Arc<Semaphore>,
     request_slots_size: AtomicUsize,
-    upstream_probe: Mutex<Option<(Instant, Result<(), String>)>>,
+    /// The cached `/readyz` check that the legacy server speaks MCP.
+    upstream_check: crate::readiness::UpstreamCheck,
     /// Blocked legacy calls waiting for their retry on this replica.
     pub parking: Arc<ParkingLot>,
     /// Warm legacy sessions between calls.
@@ -62,17 +63,7 @@ impl Drop for Gateway {
     }
 }
 
-/// The result of the readiness checks behind `/readyz`.
-#[derive(Debug, Clone)]
-pub struct Readiness {
-    pub checks: Vec<(&'static str, Result<String, String>)>,
-}
-
-impl Readiness {
-    pub fn ready(&self) -> bool {
-        self.checks.iter().all(|(_, r)| r.is_ok())
-    }
-}
+pub use crate::readiness::Readiness;
 
 /// A random instance id: 8 bytes, hex.
 pub fn random_instance_id() -> String {
@@ -133,7 +124,7 @@ impl Gateway {
             draining: AtomicBool::new(false),
             request_slots: Arc::new(Semaphore::new(slots)),
             request_slots_size: AtomicUsize::new(slots),
-            upstream_probe: Mutex::new(None),
+            upstream_check: crate::readiness::UpstreamCheck::new(metrics.upstream_checks.clone()),
             upstream: ArcSwap::from_pointee(Upstream::from_config(&config.upstream, hits)),
             codec: StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes)
                 .with_clock_skew(config.state.clock_skew),
@@ -347,63 +338,9 @@ impl Gateway {
         self.long_lived.begin_shutdown();
     }
 
-    /// Whether the legacy server answers at the transport level (cached for two seconds so
-    /// probes do not hammer it).
-    pub async fn probe_upstream(&self) -> Result<(), String> {
-        if let Some((at, r)) = self
-            .upstream_probe
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            && at.elapsed() < Duration::from_secs(2)
-        {
-            return r.clone();
-        }
-        let r = self
-            .upstream()
-            .probe(self.config().upstream.connect_timeout)
-            .await;
-        *self
-            .upstream_probe
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), r.clone()));
-        r
-    }
-
-    /// The checks behind `/readyz`.
+    /// The checks behind `/readyz` (see [`crate::readiness`]).
     pub async fn readiness(&self) -> Readiness {
-        let mut checks = Vec::new();
-        checks.push((
-            "draining",
-            if self.is_draining() {
-                Err("draining".to_string())
-            } else {
-                Ok("no".to_string())
-            },
-        ));
-        let ring = self.codec.ring();
-        checks.push((
-            "keys",
-            Ok(format!(
-                "{} key(s), sealing with {}",
-                ring.ids().len(),
-                ring.sealing_key().id
-            )),
-        ));
-        checks.push((
-            "upstream",
-            self.probe_upstream().await.map(|_| "reachable".to_string()),
-        ));
-        let store = self.single_use();
-        checks.push((
-            "single_use",
-            store
-                .health()
-                .await
-                .map(|_| store.kind().to_string())
-                .map_err(|e| e.to_string()),
-        ));
-        Readiness { checks }
+        crate::readiness::evaluate(self, &self.upstream_check).await
     }
 
     /// Opens a legacy session declaring what `declared` allows, in the shape of the legacy

@@ -18,6 +18,7 @@ pub mod legacy_server;
 pub mod metrics;
 pub mod mrtr;
 pub mod protocol;
+pub mod readiness;
 pub mod reload;
 pub mod request_id;
 pub mod single_use;

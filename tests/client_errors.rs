@@ -40,7 +40,7 @@ async fn a_stdio_child_s_stderr_and_command_line_stay_in_the_log() {
         "",
         "",
     );
-    let (_gw, running, url) = start_gateway(cfg).await;
+    let (gw, running, url) = start_gateway(cfg).await;
 
     let first = tools_list(&url).await;
     assert_eq!(first.status.as_u16(), 502, "{}", body_of(&first));
@@ -65,6 +65,15 @@ async fn a_stdio_child_s_stderr_and_command_line_stay_in_the_log() {
     );
     assert_detail_logged_not_told(held.error().unwrap(), "API-KEY-123");
 
+    // /readyz names the failing check, not the command line or the stderr line.
+    let admin = support::admin::start(gw.clone()).await;
+    let (status, body) = support::admin::get(&format!("{admin}/readyz")).await;
+    assert_eq!(status, 503);
+    let readyz = body.to_string();
+    assert_eq!(body["checks"]["upstream"]["ok"], false, "{readyz}");
+    for secret in ["dsn-s3cret", "API-KEY-123", "python3"] {
+        assert!(!readyz.contains(secret), "{secret} in /readyz: {readyz}");
+    }
     running.stop().await;
 }
 
@@ -119,7 +128,7 @@ async fn an_upstream_error_body_and_its_url_stay_in_the_log() {
 }
 
 /// `check-config`, `check-config --print` and the "listening" log line print the upstream URL
-/// without its userinfo.
+/// without its userinfo; `check-config` warns when a stdio command is not on PATH.
 #[tokio::test]
 async fn printed_and_logged_config_hides_url_userinfo() {
     let dir = support::peers::tempdir::TempDir::new("mrtr-redaction");
@@ -188,4 +197,27 @@ async fn printed_and_logged_config_hides_url_userinfo() {
         .unwrap_or_else(|| panic!("no listening line: {seen:#?}"));
     assert!(!listening.contains("url-s3cret"), "{listening}");
     assert!(listening.contains("redacted"), "{listening}");
+
+    // A stdio command that is not on PATH: valid, but check-config warns, naming the key.
+    std::fs::write(
+        &path,
+        format!(
+            "[upstream]\ntransport = \"stdio\"\ncommand = [\"no-such-mcp-server-xyz\", \"--flag\"]\n[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin)
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning")
+            && stderr.contains("upstream.command[0]")
+            && stderr.contains("MRTR_GATEWAY__UPSTREAM__COMMAND")
+            && stderr.contains("not found on PATH"),
+        "{stderr}"
+    );
 }

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mrtr_gateway::config::Config;
+use mrtr_gateway::gateway::Gateway;
 use mrtr_gateway::reload::Reloader;
 use serde_json::{Value, json};
 use support::nginx::{Nginx, NginxTls};
@@ -52,6 +53,19 @@ async fn tools_list(url: &str) -> (u16, Value) {
     (ex.status.as_u16(), ex.message.unwrap_or(Value::Null))
 }
 
+async fn upstream_check(gw: &Gateway) -> (bool, String) {
+    let r = gw.readiness().await;
+    let (_, check) = r
+        .checks
+        .iter()
+        .find(|(name, _)| *name == "upstream")
+        .expect("an upstream check");
+    match check {
+        Ok(d) => (true, d.clone()),
+        Err(d) => (false, d.clone()),
+    }
+}
+
 #[tokio::test]
 async fn both_http_transports_run_a_flow_through_nginx_with_ca_file() {
     let pki = Pki::new();
@@ -68,10 +82,11 @@ async fn both_http_transports_run_a_flow_through_nginx_with_ca_file() {
     .await;
     let upstream = format!("https://localhost:{}/mcp", nginx.port);
     let cfg = config(&upstream, &ca_line(&pki), "", "");
-    let (_gw, running, url) = start_gateway(cfg).await;
+    let (gw, running, url) = start_gateway(cfg).await;
     let report = modern_scenario(&url, "greet", &[]).await;
     assert_ok(&report);
     assert_eq!(result_text(&report), "Hello, Ada!", "{}", nginx.error_log());
+    assert!(upstream_check(&gw).await.0);
     running.stop().await;
     nginx.stop().await;
     legacy.kill().await;
@@ -96,17 +111,18 @@ async fn both_http_transports_run_a_flow_through_nginx_with_ca_file() {
         "",
         "",
     );
-    let (_gw, running, url) = start_gateway(cfg).await;
+    let (gw, running, url) = start_gateway(cfg).await;
     let report = modern_scenario(&url, "greet", &[]).await;
     assert_ok(&report);
     assert_eq!(result_text(&report), "Hello, Ada!", "{}", nginx.error_log());
+    assert!(upstream_check(&gw).await.0);
     running.stop().await;
     nginx.stop().await;
     legacy.kill().await;
 }
 
 #[tokio::test]
-async fn an_unknown_ca_or_a_wrong_name_is_a_clear_502() {
+async fn an_unknown_ca_or_a_wrong_name_is_a_clear_502_and_not_ready() {
     let pki = Pki::new();
     let legacy = PyLegacyServer::start(&[]).await;
     let nginx = Nginx::start(
@@ -135,6 +151,9 @@ async fn an_unknown_ca_or_a_wrong_name_is_a_clear_502() {
         ),
         1.0
     );
+    let (ready, detail) = upstream_check(&gw).await;
+    assert!(!ready, "{detail}");
+    assert!(detail.contains("TLS"), "{detail}");
     running.stop().await;
 
     // The right CA, but the URL names 127.0.0.1 and the certificate is for localhost only.
@@ -144,7 +163,7 @@ async fn an_unknown_ca_or_a_wrong_name_is_a_clear_502() {
         "",
         "",
     );
-    let (_gw, running, url) = start_gateway(cfg).await;
+    let (gw, running, url) = start_gateway(cfg).await;
     let (status, msg) = tools_list(&url).await;
     assert_eq!(status, 502, "{msg}");
     assert!(
@@ -154,6 +173,7 @@ async fn an_unknown_ca_or_a_wrong_name_is_a_clear_502() {
             .contains("not valid for the host name"),
         "{msg}"
     );
+    assert!(!upstream_check(&gw).await.0);
     running.stop().await;
 
     // The same CA and the name on the certificate: served.
@@ -195,9 +215,10 @@ async fn an_upstream_requiring_a_client_certificate() {
     let upstream = format!("https://localhost:{}/mcp", nginx.port);
 
     // Without a client certificate: refused, and not ready.
-    let (_gw, running, url) = start_gateway(config(&upstream, &ca_line(&pki), "", "")).await;
+    let (gw, running, url) = start_gateway(config(&upstream, &ca_line(&pki), "", "")).await;
     let (status, msg) = tools_list(&url).await;
     assert_eq!(status, 502, "{msg}");
+    assert!(!upstream_check(&gw).await.0);
     running.stop().await;
 
     // With a certificate the upstream does not trust: refused.
@@ -219,10 +240,11 @@ async fn an_upstream_requiring_a_client_certificate() {
         pki.file("client.pem"),
         pki.file("client.key")
     );
-    let (_gw, running, url) = start_gateway(config(&upstream, &lines, "", "")).await;
+    let (gw, running, url) = start_gateway(config(&upstream, &lines, "", "")).await;
     let report = modern_scenario(&url, "greet", &[]).await;
     assert_ok(&report);
     assert_eq!(result_text(&report), "Hello, Ada!", "{}", nginx.error_log());
+    assert!(upstream_check(&gw).await.0);
     running.stop().await;
     nginx.stop().await;
     legacy.kill().await;

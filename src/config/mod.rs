@@ -169,6 +169,11 @@ pub struct ListenConfig {
 pub struct AdminConfig {
     /// `None` when the admin listener is disabled (`addr = ""`).
     pub addr: Option<SocketAddr>,
+    /// How long `/readyz` reuses the result of its upstream check.
+    pub upstream_check_cache: Duration,
+    /// How long `/readyz` waits for a running upstream check before answering with the
+    /// previous result.
+    pub upstream_check_wait: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -587,6 +592,16 @@ impl Config {
                     )
                 })?)
             },
+            upstream_check_cache: bounded_duration(
+                "admin.upstream_check_cache",
+                &raw.admin.upstream_check_cache,
+                Duration::from_secs(600),
+            )?,
+            upstream_check_wait: bounded_duration(
+                "admin.upstream_check_wait",
+                &raw.admin.upstream_check_wait,
+                Duration::from_secs(60),
+            )?,
         };
         let tls = tls_config(&raw.tls, base_dir)?;
         let drain = DrainConfig {
@@ -776,6 +791,18 @@ fn nonzero_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
     let d = duration(key, text)?;
     if d.is_zero() {
         return Err(ConfigError::new(key, "must be greater than zero"));
+    }
+    Ok(d)
+}
+
+/// A duration above zero and at most `max`.
+fn bounded_duration(key: &str, text: &str, max: Duration) -> Result<Duration, ConfigError> {
+    let d = nonzero_duration(key, text)?;
+    if d > max {
+        return Err(ConfigError::new(
+            key,
+            format!("must be at most {}", humantime::format_duration(max)),
+        ));
     }
     Ok(d)
 }

@@ -235,12 +235,16 @@ impl Default for RawLog {
 #[serde(deny_unknown_fields, default)]
 pub struct RawAdmin {
     pub addr: String,
+    pub upstream_check_cache: String,
+    pub upstream_check_wait: String,
 }
 
 impl Default for RawAdmin {
     fn default() -> Self {
         RawAdmin {
             addr: "127.0.0.1:9090".into(),
+            upstream_check_cache: "2s".into(),
+            upstream_check_wait: "1500ms".into(),
         }
     }
 }

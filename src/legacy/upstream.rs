@@ -45,29 +45,6 @@ impl Upstream {
         }
     }
 
-    /// Whether the legacy server can be reached (readiness): for HTTP transports a TCP
-    /// connect within `timeout`; for stdio, that child starts are not backing off after
-    /// failures. Cheap on purpose; a full `initialize` happens on the next call anyway.
-    pub async fn probe(&self, timeout: std::time::Duration) -> Result<(), String> {
-        match self {
-            Upstream::Stdio(s) => s.ready(),
-            Upstream::Http(h) | Upstream::Sse(h) => {
-                let host = h.url.host_str().unwrap_or("localhost").to_string();
-                let port = h.url.port_or_known_default().unwrap_or(80);
-                match tokio::time::timeout(
-                    timeout,
-                    tokio::net::TcpStream::connect((host.as_str(), port)),
-                )
-                .await
-                {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(format!("cannot connect to {host}:{port}: {e}")),
-                    Err(_) => Err(format!("no connection to {host}:{port} within {timeout:?}")),
-                }
-            }
-        }
-    }
-
     /// Whether opening a session now would have to wait for a live one to end (stdio: every
     /// child slot taken).
     pub fn at_capacity(&self) -> bool {

@@ -2,6 +2,7 @@
 //! configurations, and the scripted answers a test client gives.
 #![allow(dead_code)]
 
+pub mod admin;
 pub mod logs;
 pub mod nginx;
 pub mod peers;
