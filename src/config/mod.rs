@@ -1292,6 +1292,60 @@ mod tests {
     }
 
     #[test]
+    fn upstream_tls_files_are_checked_naming_key_and_variable() {
+        let https = |rest: &str| {
+            format!(
+                "[upstream]\nurl = \"https://legacy.internal/mcp\"\n{rest}\n{}",
+                minimal()
+            )
+        };
+        // From the environment: the error names the variable too.
+        let vars = [(
+            "MRTR_GATEWAY__UPSTREAM__CA_FILE".to_string(),
+            "/nonexistent/ca.pem".to_string(),
+        )];
+        let e = Config::from_toml_str(&https(""), &vars, None).unwrap_err();
+        assert_eq!(e.key, "upstream.ca_file");
+        assert_eq!(
+            e.env_var.as_deref(),
+            Some("MRTR_GATEWAY__UPSTREAM__CA_FILE")
+        );
+        let e = err_of(&https("client_cert_file = \"/nonexistent.pem\""));
+        assert_eq!(e.key, "upstream.client_key_file", "{e}");
+        // Refused where they would be unused.
+        let e = err_of(&format!(
+            "[upstream]\nurl = \"http://127.0.0.1:9001/mcp\"\nca_file = \"/x.pem\"\n{}",
+            minimal()
+        ));
+        assert_eq!(e.key, "upstream.ca_file");
+        assert!(e.message.contains("https"), "{e}");
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert!(c.upstream.tls.is_none());
+    }
+
+    #[test]
+    fn upstream_check_timings_are_bounded() {
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert_eq!(c.admin.upstream_check_cache, Duration::from_secs(2));
+        assert_eq!(c.admin.upstream_check_wait, Duration::from_millis(1500));
+        for (line, key) in [
+            (
+                "upstream_check_cache = \"0s\"",
+                "admin.upstream_check_cache",
+            ),
+            (
+                "upstream_check_cache = \"11m\"",
+                "admin.upstream_check_cache",
+            ),
+            ("upstream_check_wait = \"0s\"", "admin.upstream_check_wait"),
+            ("upstream_check_wait = \"2m\"", "admin.upstream_check_wait"),
+        ] {
+            let e = err_of(&format!("[admin]\n{line}\n{}", minimal()));
+            assert_eq!(e.key, key, "{line}: {e}");
+        }
+    }
+
+    #[test]
     fn tls_and_admin_sections_are_checked() {
         let e = err_of(&format!(
             "[tls]\ncert_file = \"/nonexistent.pem\"\nkey_file = \"/nonexistent.key\"\n{}",
