@@ -4,8 +4,8 @@
 //!
 //! Watches are on *directories* (the config file's parent, the key directory and its parent,
 //! the parents of both sets of TLS files): Kubernetes updates mounted ConfigMaps and Secrets
-//! by swapping a `..data` symlink, which a watch on the file itself would miss. Events are debounced. A
-//! reload that fails validation keeps the running configuration and counts
+//! by swapping a `..data` symlink, which a watch on the file itself would miss. Events are
+//! debounced. A reload that fails validation keeps the running configuration and counts
 //! `mrtr_gateway_config_reloads_total{result="error"}`. What cannot change without a restart:
 //! `listen.addr`, `admin.addr`, turning TLS on or off, `log.format`, `replica.id`.
 
