@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: installs what the tests need (Redis, the pinned
-# Python MCP SDKs), checks formatting and lints, then runs every test.
+# The whole test suite, from a fresh machine: installs what the tests need (Redis, nginx, the
+# pinned Python MCP SDKs), checks formatting and lints, then runs every test.
 #   scripts/test.sh            # everything
 #   scripts/test.sh -E 'test(interop)'   # extra arguments go to cargo nextest
 set -euo pipefail
@@ -8,16 +8,28 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "system packages (redis-server)"
-if ! command -v redis-server >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-  else
-    sudo apt-get update -qq
-    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+step "system packages (redis-server, nginx-light)"
+# nginx is the real TLS terminator in front of the Python legacy server (tests/upstream_tls.rs).
+# Pinned to Debian 12's nginx 1.22 series; the exact build is the archive's current one.
+NGINX_SERIES="1.22."
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+{ [ -x /usr/sbin/nginx ] && /usr/sbin/nginx -v 2>&1 | grep -q "nginx/${NGINX_SERIES}"; } || missing+=(nginx-light)
+if [ "${#missing[@]}" -gt 0 ]; then
+  as_root apt-get update -qq
+  # A policy-rc.d answering 101 installs without starting the distribution's services (nginx
+  # on port 80); one the machine already has is left as it is.
+  own_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
+    as_root chmod +x /usr/sbin/policy-rc.d
+    own_policy=1
   fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  if [ -n "$own_policy" ]; then as_root rm -f /usr/sbin/policy-rc.d; fi
 fi
+/usr/sbin/nginx -v 2>&1 | grep "nginx/${NGINX_SERIES}" || { echo "nginx ${NGINX_SERIES}x is required" >&2; exit 1; }
 redis-server --version
 
 step "Python peers (mcp 1.x legacy server, mcp 2.x modern client)"

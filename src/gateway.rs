@@ -1,25 +1,23 @@
 //! The gateway's shared state: configuration, upstream client, state codec, caches, metrics.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use http::{HeaderMap, StatusCode};
+use http::HeaderMap;
 use tokio::sync::mpsc;
 
 use crate::auth::Authenticator;
 use crate::config::{Config, PoolMode};
 use crate::discover::DiscoverCache;
-use crate::error::{Fault, Rejection};
-use crate::jsonrpc::codes;
+use crate::error::Rejection;
 use crate::legacy::capabilities::Declared;
-use crate::legacy::http::HttpError;
 use crate::legacy::limit_hits::LimitHits;
 use crate::legacy::pool::{PoolKey, PoolMetrics, SessionPool};
-use crate::legacy::session::{Inbound, LegacySession, SessionError};
+use crate::legacy::session::{Inbound, LegacySession};
 use crate::legacy::upstream::Upstream;
 use crate::metrics::Metrics;
 use crate::mrtr::parking::ParkingLot;
@@ -43,7 +41,8 @@ pub struct Gateway {
     /// Bounds requests served at once (`listen.max_concurrent_requests`).
     request_slots: Arc<Semaphore>,
     request_slots_size: AtomicUsize,
-    upstream_probe: Mutex<Option<(Instant, Result<(), String>)>>,
+    /// The cached `/readyz` check that the legacy server speaks MCP.
+    upstream_check: crate::readiness::UpstreamCheck,
     /// Blocked legacy calls waiting for their retry on this replica.
     pub parking: Arc<ParkingLot>,
     /// Warm legacy sessions between calls.
@@ -65,17 +64,7 @@ impl Drop for Gateway {
     }
 }
 
-/// The result of the readiness checks behind `/readyz`.
-#[derive(Debug, Clone)]
-pub struct Readiness {
-    pub checks: Vec<(&'static str, Result<String, String>)>,
-}
-
-impl Readiness {
-    pub fn ready(&self) -> bool {
-        self.checks.iter().all(|(_, r)| r.is_ok())
-    }
-}
+pub use crate::readiness::Readiness;
 
 /// A random instance id: 8 bytes, hex.
 pub fn random_instance_id() -> String {
@@ -146,7 +135,7 @@ impl Gateway {
             draining: AtomicBool::new(false),
             request_slots: Arc::new(Semaphore::new(slots)),
             request_slots_size: AtomicUsize::new(slots),
-            upstream_probe: Mutex::new(None),
+            upstream_check: crate::readiness::UpstreamCheck::new(metrics.upstream_checks.clone()),
             upstream: ArcSwap::from_pointee(Upstream::from_config(&config.upstream, hits)),
             codec: StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes)
                 .with_clock_skew(config.state.clock_skew),
@@ -202,7 +191,8 @@ impl Gateway {
             self.single_use.store(Arc::new(store));
         }
         if format!("{:?}", old.upstream) != format!("{:?}", new.upstream) {
-            tracing::info!(upstream = %new.upstream.url, "upstream changed; new calls use it");
+            let upstream = crate::config::redact::redacted_url(&new.upstream.url);
+            tracing::info!(%upstream, "upstream changed; new calls use it");
             self.upstream.store(Arc::new(Upstream::from_config(
                 &new.upstream,
                 LimitHits::new(self.metrics.limit_hits.clone()),
@@ -357,63 +347,9 @@ impl Gateway {
         self.long_lived.begin_shutdown();
     }
 
-    /// Whether the legacy server answers at the transport level (cached for two seconds so
-    /// probes do not hammer it).
-    pub async fn probe_upstream(&self) -> Result<(), String> {
-        if let Some((at, r)) = self
-            .upstream_probe
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            && at.elapsed() < Duration::from_secs(2)
-        {
-            return r.clone();
-        }
-        let r = self
-            .upstream()
-            .probe(self.config().upstream.connect_timeout)
-            .await;
-        *self
-            .upstream_probe
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), r.clone()));
-        r
-    }
-
-    /// The checks behind `/readyz`.
+    /// The checks behind `/readyz` (see [`crate::readiness`]).
     pub async fn readiness(&self) -> Readiness {
-        let mut checks = Vec::new();
-        checks.push((
-            "draining",
-            if self.is_draining() {
-                Err("draining".to_string())
-            } else {
-                Ok("no".to_string())
-            },
-        ));
-        let ring = self.codec.ring();
-        checks.push((
-            "keys",
-            Ok(format!(
-                "{} key(s), sealing with {}",
-                ring.ids().len(),
-                ring.sealing_key().id
-            )),
-        ));
-        checks.push((
-            "upstream",
-            self.probe_upstream().await.map(|_| "reachable".to_string()),
-        ));
-        let store = self.single_use();
-        checks.push((
-            "single_use",
-            store
-                .health()
-                .await
-                .map(|_| store.kind().to_string())
-                .map_err(|e| e.to_string()),
-        ));
-        Readiness { checks }
+        crate::readiness::evaluate(self, &self.upstream_check).await
     }
 
     /// Opens a legacy session declaring what `declared` allows, in the shape of the legacy
@@ -431,7 +367,7 @@ impl Gateway {
                 Ok((session, rx))
             }
             Err(e) => {
-                let rej = session_rejection(&e);
+                let rej = crate::upstream_error::session_rejection(&e);
                 self.metrics
                     .legacy_sessions_failed
                     .with_label_values(&[rej.reason])
@@ -442,42 +378,5 @@ impl Gateway {
     }
 }
 
-/// How a legacy-session failure is reported to the modern client.
-pub fn session_rejection(e: &SessionError) -> Rejection {
-    match e {
-        SessionError::Http(HttpError::Timeout(_)) => {
-            Rejection::upstream_timeout(e.to_string(), "upstream_timeout")
-        }
-        SessionError::Http(HttpError::Connect(_)) => {
-            Rejection::upstream(e.to_string(), "upstream_unreachable")
-        }
-        SessionError::Http(HttpError::TooLarge(_)) => {
-            Rejection::upstream(e.to_string(), "upstream_too_large")
-        }
-        SessionError::Http(_) => Rejection::upstream(e.to_string(), "upstream_http_error"),
-        SessionError::Initialize(_) => {
-            Rejection::upstream(e.to_string(), "upstream_initialize_failed")
-        }
-        SessionError::Expired => Rejection::upstream(e.to_string(), "upstream_session_expired"),
-        SessionError::Protocol(_) => Rejection::upstream(e.to_string(), "upstream_protocol_error"),
-        SessionError::Spawn(_) => Rejection::upstream(e.to_string(), "upstream_spawn_failed"),
-        SessionError::Gone(_) => Rejection::upstream(e.to_string(), "upstream_stream_broken"),
-        SessionError::Backoff { retry_in, .. } => Rejection::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            codes::INTERNAL_ERROR,
-            e.to_string(),
-            Fault::Upstream,
-            "upstream_spawn_backoff",
-        )
-        .with_header(http::header::RETRY_AFTER, retry_after(*retry_in)),
-        SessionError::Saturated { .. } => {
-            Rejection::unavailable(e.to_string(), "stdio_max_children")
-                .with_header(http::header::RETRY_AFTER, "1")
-        }
-    }
-}
-
-/// Whole seconds for `Retry-After`, at least 1.
-fn retry_after(d: std::time::Duration) -> String {
-    d.as_secs_f64().ceil().max(1.0).to_string()
-}
+/// How a legacy-session failure is reported to the modern client (see [`crate::upstream_error`]).
+pub use crate::upstream_error::session_rejection;

@@ -69,11 +69,14 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::CheckConfig { config, print } => match commands::check_config::check(&config)
-            .and_then(|summary| {
+            .and_then(|report| {
+                for w in &report.warnings {
+                    eprintln!("{}: warning: {w}", config.display());
+                }
                 if print {
                     commands::check_config::print(&config)
                 } else {
-                    Ok(summary)
+                    Ok(report.summary)
                 }
             }) {
             Ok(out) => {

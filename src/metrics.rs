@@ -21,6 +21,8 @@ pub struct Metrics {
     pub legacy_sessions_opened: IntCounter,
     pub legacy_sessions_failed: IntCounterVec,
     pub legacy_sessions_active: IntGauge,
+    /// `/readyz` upstream checks sent (each opens and closes a legacy session), by result.
+    pub upstream_checks: IntCounterVec,
     pub upstream_duration: HistogramVec,
     pub active_requests: IntGauge,
     pub active_connections: IntGauge,
@@ -119,6 +121,11 @@ impl Metrics {
             "legacy_sessions_failed_total",
             "Legacy sessions that could not be opened or died, by reason.",
             &["reason"],
+        );
+        let upstream_checks = counter_vec(
+            "upstream_checks_total",
+            "Readiness checks of the legacy server sent (an initialize, or a stdio start), by result.",
+            &["result"],
         );
         let max_rounds_exceeded = counter_vec(
             "max_rounds_exceeded_total",
@@ -258,6 +265,7 @@ impl Metrics {
             legacy_sessions_opened,
             legacy_sessions_failed,
             legacy_sessions_active,
+            upstream_checks,
             upstream_duration,
             active_requests,
             active_connections,

@@ -1,10 +1,11 @@
 //! Reloading at run time: the config file (and with it the key ring, limits, upstream URL and
-//! log level), the key directory, and the TLS files — on file change and on SIGHUP.
+//! log level), the key directory, the front's TLS files and the `https` upstream's CA and
+//! client-certificate files — on file change and on SIGHUP.
 //!
 //! Watches are on *directories* (the config file's parent, the key directory and its parent,
-//! the TLS files' parents): Kubernetes updates mounted ConfigMaps and Secrets by swapping a
-//! `..data` symlink, which a watch on the file itself would miss. Events are debounced. A
-//! reload that fails validation keeps the running configuration and counts
+//! the parents of both sets of TLS files): Kubernetes updates mounted ConfigMaps and Secrets
+//! by swapping a `..data` symlink, which a watch on the file itself would miss. Events are
+//! debounced. A reload that fails validation keeps the running configuration and counts
 //! `mrtr_gateway_config_reloads_total{result="error"}`. What cannot change without a restart:
 //! `listen.addr`, `admin.addr`, turning TLS on or off, `log.format`, `replica.id`.
 
@@ -21,6 +22,16 @@ use crate::config::Config;
 use crate::front::tls::TlsReloader;
 use crate::gateway::Gateway;
 use crate::telemetry::LevelHandle;
+
+/// The `https` upstream's CA and client-certificate files: a change re-reads the config,
+/// whose upstream TLS identity then differs, so a new upstream client is swapped in.
+fn upstream_tls_files(cfg: &Config) -> Vec<PathBuf> {
+    cfg.upstream
+        .tls
+        .as_ref()
+        .map(|t| t.files.paths())
+        .unwrap_or_default()
+}
 
 pub struct Reloader {
     pub gw: Arc<Gateway>,
@@ -107,6 +118,9 @@ impl Reloader {
                 dirs.insert(parent(&f));
             }
         }
+        for f in upstream_tls_files(&cfg) {
+            dirs.insert(parent(&f));
+        }
         dirs
     }
 
@@ -119,6 +133,7 @@ impl Reloader {
         if let Some(tls) = &self.tls {
             v.extend(tls.watched_files());
         }
+        v.extend(upstream_tls_files(&self.gw.config()));
         // Events carry absolute paths; compare like with like (without resolving symlinks,
         // which would point into Kubernetes' timestamped directories).
         v.into_iter()

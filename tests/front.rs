@@ -291,7 +291,12 @@ async fn an_unreachable_legacy_server_is_a_clear_upstream_error() {
         ex.error().unwrap()["message"]
             .as_str()
             .unwrap()
-            .contains("cannot reach the legacy server")
+            .contains("could not be reached")
+    );
+    // How it failed is in the WARN line with the request id the client got.
+    support::logs::assert_detail_logged_not_told(
+        ex.error().unwrap(),
+        "cannot reach the legacy server",
     );
     assert_eq!(
         metric(

@@ -803,6 +803,121 @@ async fn tls_front_reloads_certificates_and_mtls_requires_a_client_certificate()
     legacy.shutdown().await;
 }
 
+/// mTLS identities through the TLS listener: a client certificate whose single CN imitates a
+/// whole subject (`alice, O=Example`) is another principal than `CN=alice, O=Example`, so a
+/// `requestState` issued to one is refused for the other; under `subject_cn` a certificate
+/// with two CNs is refused.
+#[tokio::test]
+async fn mtls_identities_through_the_tls_listener_cannot_collide() {
+    use rcgen::DnType;
+    let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
+        .await
+        .unwrap();
+    let dir = TempDir::new();
+    let ca = support::tls::Ca::new("test CA");
+    let server = ca.leaf("gateway", &["localhost"]);
+    let client_ca = support::tls::Ca::new("client CA");
+    std::fs::write(dir.path().join("tls.crt"), &server.cert_pem).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &server.key_pem).unwrap();
+    std::fs::write(dir.path().join("ca.crt"), client_ca.pem()).unwrap();
+    let start = |identity: &str| {
+        let text = format!(
+            "[listen]\naddr = \"127.0.0.1:0\"\n[upstream]\nurl = \"{}\"\n[tls]\ncert_file = \"tls.crt\"\nkey_file = \"tls.key\"\nclient_ca_file = \"ca.crt\"\nclient_auth = \"required\"\n[auth]\nmode = \"mtls\"\n[auth.mtls]\nidentity = \"{identity}\"\n[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n",
+            legacy.url()
+        );
+        Config::from_toml_str(&text, &[], Some(dir.path())).unwrap()
+    };
+    let call = |state: Option<&str>| {
+        let mut params = json!({"name": "greet", "arguments": {}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}}});
+        if let Some(state) = state {
+            params["requestState"] = json!(state);
+        }
+        serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}),
+        )
+        .unwrap()
+    };
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "greet"),
+    ];
+
+    // identity = "subject"
+    let cfg = start("subject");
+    let tls = Arc::new(TlsReloader::load(cfg.tls.as_ref().unwrap()).unwrap());
+    let gw = Gateway::new(cfg);
+    let running = listener::start_with_tls(gw.clone(), "127.0.0.1:0".parse().unwrap(), Some(tls))
+        .await
+        .unwrap();
+    let real = client_ca.leaf_with_subject(
+        &[
+            (DnType::CommonName, "alice"),
+            (DnType::OrganizationName, "Example"),
+        ],
+        &[],
+    );
+    let forged = client_ca.leaf_with_subject(&[(DnType::CommonName, "alice, O=Example")], &[]);
+    let post = |addr: std::net::SocketAddr, leaf: &support::tls::Leaf, body: Vec<u8>| {
+        let ca_pem = ca.pem();
+        let leaf = support::tls::Leaf {
+            cert_pem: leaf.cert_pem.clone(),
+            key_pem: leaf.key_pem.clone(),
+            der: leaf.der.clone(),
+        };
+        async move {
+            let (status, body, _) =
+                support::tls::post(addr, &ca_pem, Some(&leaf), "/mcp", &headers, &body)
+                    .await
+                    .unwrap();
+            (status, serde_json::from_slice::<Value>(&body).unwrap())
+        }
+    };
+    let (status, first) = post(running.addr, &real, call(None)).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
+    let state = first["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The forged certificate presents the real subject's state: another principal, refused.
+    let (status, stolen) = post(running.addr, &forged, call(Some(&state))).await;
+    assert_eq!(status, 400, "{stolen}");
+    assert_eq!(stolen["error"]["code"], -32602, "{stolen}");
+    running.stop().await;
+
+    // identity = "subject_cn": two CNs are refused, one is accepted.
+    let cfg = start("subject_cn");
+    let tls = Arc::new(TlsReloader::load(cfg.tls.as_ref().unwrap()).unwrap());
+    let gw = Gateway::new(cfg);
+    let running = listener::start_with_tls(gw.clone(), "127.0.0.1:0".parse().unwrap(), Some(tls))
+        .await
+        .unwrap();
+    let two_cns = client_ca.leaf_with_subject(
+        &[
+            (DnType::CommonName, "alice"),
+            (DnType::CustomDnType(vec![2, 5, 4, 3]), "admin"),
+        ],
+        &[],
+    );
+    let (status, refused) = post(running.addr, &two_cns, call(None)).await;
+    assert_eq!(status, 401, "{refused}");
+    assert_eq!(
+        metric(
+            &gw,
+            "mrtr_gateway_rejections_total",
+            &[("reason", "auth_ambiguous_identity"), ("fault", "client")]
+        ),
+        1.0
+    );
+    let (status, ok) = post(running.addr, &real, call(None)).await;
+    assert_eq!(status, 200, "{ok}");
+    running.stop().await;
+    legacy.shutdown().await;
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -44,6 +44,9 @@ pub enum AuthFailure {
     UntrustedSource,
     /// mTLS mode: the certificate has no value for the configured identity field.
     NoIdentity,
+    /// mTLS mode: the certificate has several values for an identity field that must have
+    /// one (`subject_cn` with two common names).
+    AmbiguousIdentity,
     /// JWT mode: no verification keys could be obtained (the JWKS endpoint is failing).
     KeysUnavailable,
 }
@@ -63,6 +66,7 @@ impl AuthFailure {
             AuthFailure::MissingClaim => "auth_missing_claim",
             AuthFailure::UntrustedSource => "auth_untrusted_source",
             AuthFailure::NoIdentity => "auth_no_identity",
+            AuthFailure::AmbiguousIdentity => "auth_ambiguous_identity",
             AuthFailure::KeysUnavailable => "auth_keys_unavailable",
         }
     }
@@ -84,6 +88,9 @@ impl AuthFailure {
                 "request did not come through the trusted authentication proxy"
             }
             AuthFailure::NoIdentity => "client certificate carries no usable identity",
+            AuthFailure::AmbiguousIdentity => {
+                "client certificate carries more than one value for its identity field"
+            }
             AuthFailure::KeysUnavailable => "token verification keys are unavailable",
         }
     }

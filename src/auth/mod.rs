@@ -23,6 +23,7 @@
 //! [`Authenticator::with_counters`] to keep the JWKS counters monotonic across rebuilds.
 
 pub mod config;
+mod distinguished_name;
 pub mod error;
 mod header;
 mod jwks;

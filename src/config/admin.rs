@@ -19,6 +19,11 @@ pub struct AdminConfig {
     pub idle_timeout: Duration,
     /// `Host` names accepted besides the defaults (lower case, no port).
     pub allowed_hosts: Vec<String>,
+    /// How long `/readyz` reuses the result of its upstream check.
+    pub upstream_check_cache: Duration,
+    /// How long `/readyz` waits for a running upstream check before answering with the
+    /// previous result.
+    pub upstream_check_wait: Duration,
 }
 
 /// A `Host` entry: a DNS name, an IPv4 address, or an IPv6 address in brackets; no port.
@@ -69,6 +74,16 @@ pub(super) fn admin_config(raw: &RawAdmin) -> Result<AdminConfig, ConfigError> {
             Duration::from_secs(3600),
         )?,
         allowed_hosts,
+        upstream_check_cache: bounded_duration(
+            "admin.upstream_check_cache",
+            &raw.upstream_check_cache,
+            Duration::from_secs(600),
+        )?,
+        upstream_check_wait: bounded_duration(
+            "admin.upstream_check_wait",
+            &raw.upstream_check_wait,
+            Duration::from_secs(60),
+        )?,
     })
 }
 

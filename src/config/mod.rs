@@ -16,6 +16,7 @@ mod duration;
 pub mod env;
 mod legacy_clients;
 pub mod raw;
+pub mod redact;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -278,6 +279,8 @@ pub struct UpstreamConfig {
     pub resume_attempts: u32,
     /// Upper bound on the server's `retry` delay before reconnecting an SSE stream.
     pub resume_max_delay: Duration,
+    /// TLS toward an `https` URL (`None` for `http` and stdio).
+    pub tls: Option<crate::legacy::upstream_tls::UpstreamTls>,
     pub stdio: StdioConfig,
 }
 
@@ -505,6 +508,7 @@ impl Config {
                 format!("must be one of {LEGACY_VERSIONS:?}"),
             ));
         }
+        let upstream_tls_url = url.clone();
         let upstream = UpstreamConfig {
             transport,
             url,
@@ -542,6 +546,7 @@ impl Config {
                 "upstream.resume_max_delay",
                 &raw.upstream.resume_max_delay,
             )?,
+            tls: upstream_tls(&raw.upstream, transport, &upstream_tls_url, base_dir)?,
             stdio: stdio_config(&raw.upstream, transport, base_dir)?,
         };
 
@@ -679,7 +684,7 @@ impl Config {
     }
 }
 
-const REDACTED: &str = "<redacted>";
+use redact::REDACTED;
 
 /// Replaces secret values in a raw configuration before it is printed.
 fn redact(raw: &mut RawConfig) {
@@ -693,13 +698,9 @@ fn redact(raw: &mut RawConfig) {
         *v = REDACTED.into();
     }
     for u in &mut raw.single_use.redis.urls {
-        if let Ok(mut parsed) = url::Url::parse(u)
-            && parsed.password().is_some()
-            && parsed.set_password(Some(REDACTED)).is_ok()
-        {
-            *u = parsed.to_string();
-        }
+        *u = redact::redacted_url_text(u);
     }
+    raw.upstream.url = redact::redacted_url_text(&raw.upstream.url);
 }
 
 /// The capability set warm sessions declare: names of what a modern client declares.
@@ -1075,6 +1076,39 @@ fn stdio_config(
     })
 }
 
+/// The `https` upstream's TLS files, read and checked; refused where they would be unused.
+fn upstream_tls(
+    raw: &raw::RawUpstream,
+    transport: UpstreamTransport,
+    url: &url::Url,
+    base_dir: Option<&Path>,
+) -> Result<Option<crate::legacy::upstream_tls::UpstreamTls>, ConfigError> {
+    use crate::legacy::upstream_tls::{UpstreamTls, UpstreamTlsFiles};
+    let files = UpstreamTlsFiles {
+        ca_file: raw.ca_file.as_ref().map(|f| resolve(base_dir, f)),
+        client_cert_file: raw.client_cert_file.as_ref().map(|f| resolve(base_dir, f)),
+        client_key_file: raw.client_key_file.as_ref().map(|f| resolve(base_dir, f)),
+    };
+    let https = transport != UpstreamTransport::Stdio && url.scheme() == "https";
+    if !https {
+        let set = [
+            ("upstream.ca_file", &files.ca_file),
+            ("upstream.client_cert_file", &files.client_cert_file),
+            ("upstream.client_key_file", &files.client_key_file),
+        ];
+        if let Some((key, _)) = set.iter().find(|(_, v)| v.is_some()) {
+            return Err(ConfigError::new(
+                *key,
+                "only used with an https upstream.url (and an HTTP transport)",
+            ));
+        }
+        return Ok(None);
+    }
+    UpstreamTls::load(&files)
+        .map(Some)
+        .map_err(|e| ConfigError::new(e.key, e.message))
+}
+
 fn tls_config(
     raw: &raw::RawTls,
     base_dir: Option<&Path>,
@@ -1303,6 +1337,60 @@ mod tests {
         std::fs::write(dir.join("bad"), "%%%").unwrap();
         assert!(load_keys_dir(&dir).unwrap_err().message.contains("bad"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn upstream_tls_files_are_checked_naming_key_and_variable() {
+        let https = |rest: &str| {
+            format!(
+                "[upstream]\nurl = \"https://legacy.internal/mcp\"\n{rest}\n{}",
+                minimal()
+            )
+        };
+        // From the environment: the error names the variable too.
+        let vars = [(
+            "MRTR_GATEWAY__UPSTREAM__CA_FILE".to_string(),
+            "/nonexistent/ca.pem".to_string(),
+        )];
+        let e = Config::from_toml_str(&https(""), &vars, None).unwrap_err();
+        assert_eq!(e.key, "upstream.ca_file");
+        assert_eq!(
+            e.env_var.as_deref(),
+            Some("MRTR_GATEWAY__UPSTREAM__CA_FILE")
+        );
+        let e = err_of(&https("client_cert_file = \"/nonexistent.pem\""));
+        assert_eq!(e.key, "upstream.client_key_file", "{e}");
+        // Refused where they would be unused.
+        let e = err_of(&format!(
+            "[upstream]\nurl = \"http://127.0.0.1:9001/mcp\"\nca_file = \"/x.pem\"\n{}",
+            minimal()
+        ));
+        assert_eq!(e.key, "upstream.ca_file");
+        assert!(e.message.contains("https"), "{e}");
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert!(c.upstream.tls.is_none());
+    }
+
+    #[test]
+    fn upstream_check_timings_are_bounded() {
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert_eq!(c.admin.upstream_check_cache, Duration::from_secs(2));
+        assert_eq!(c.admin.upstream_check_wait, Duration::from_millis(1500));
+        for (line, key) in [
+            (
+                "upstream_check_cache = \"0s\"",
+                "admin.upstream_check_cache",
+            ),
+            (
+                "upstream_check_cache = \"11m\"",
+                "admin.upstream_check_cache",
+            ),
+            ("upstream_check_wait = \"0s\"", "admin.upstream_check_wait"),
+            ("upstream_check_wait = \"2m\"", "admin.upstream_check_wait"),
+        ] {
+            let e = err_of(&format!("[admin]\n{line}\n{}", minimal()));
+            assert_eq!(e.key, key, "{line}: {e}");
+        }
     }
 
     #[test]

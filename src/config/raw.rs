@@ -98,6 +98,9 @@ pub struct RawUpstream {
     pub client_name: String,
     pub resume_attempts: u64,
     pub resume_max_delay: String,
+    pub ca_file: Option<String>,
+    pub client_cert_file: Option<String>,
+    pub client_key_file: Option<String>,
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub cwd: Option<String>,
@@ -122,6 +125,9 @@ impl Default for RawUpstream {
             client_name: "mrtr-gateway".into(),
             resume_attempts: 5,
             resume_max_delay: "10s".into(),
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
             command: Vec::new(),
             env: BTreeMap::new(),
             cwd: None,
@@ -245,6 +251,8 @@ pub struct RawAdmin {
     pub header_read_timeout: String,
     pub idle_timeout: String,
     pub allowed_hosts: Vec<String>,
+    pub upstream_check_cache: String,
+    pub upstream_check_wait: String,
 }
 
 impl Default for RawAdmin {
@@ -255,6 +263,8 @@ impl Default for RawAdmin {
             header_read_timeout: "5s".into(),
             idle_timeout: "30s".into(),
             allowed_hosts: Vec::new(),
+            upstream_check_cache: "2s".into(),
+            upstream_check_wait: "1500ms".into(),
         }
     }
 }

@@ -95,13 +95,14 @@ pub async fn handle(
     conn: &ConnInfo,
 ) -> Response<Body> {
     let cfg = gw.config();
+    let request_id = crate::request_id::RequestId::new();
     let span = tracing::info_span!(
         "request",
-        request_id = %crate::gateway::random_instance_id(),
+        request_id = %request_id,
         instance_id = %gw.instance_id,
     );
-    handle_inner(gw, req, conn, &cfg, span.clone())
-        .instrument(span)
+    request_id
+        .scope(handle_inner(gw, req, conn, &cfg, span.clone()).instrument(span))
         .await
 }
 

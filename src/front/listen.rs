@@ -321,22 +321,24 @@ async fn subscribe(
                 stream: StreamTag::Call(id),
                 error,
             } if waiting.contains_key(&id) => {
-                let detail = error.map(|e| format!(": {e}")).unwrap_or_default();
-                return Err(Rejection::upstream(
-                    format!(
-                        "the legacy server ended resources/subscribe without an answer{detail}"
+                return Err(crate::upstream_error::concealed(
+                    Rejection::upstream(
+                        "the upstream MCP server ended resources/subscribe without an answer",
+                        "upstream_stream_broken",
                     ),
-                    "upstream_stream_broken",
+                    error.as_deref().unwrap_or("no error reported"),
                 ));
             }
             Inbound::Ended {
                 stream: StreamTag::Get,
                 error,
             } => {
-                let detail = error.map(|e| format!(": {e}")).unwrap_or_default();
-                return Err(Rejection::upstream(
-                    format!("the legacy session stopped delivering notifications{detail}"),
-                    "upstream_stream_broken",
+                return Err(crate::upstream_error::concealed(
+                    Rejection::upstream(
+                        "the upstream MCP server stopped delivering notifications",
+                        "upstream_stream_broken",
+                    ),
+                    error.as_deref().unwrap_or("no error reported"),
                 ));
             }
             Inbound::Ended { .. } => {}

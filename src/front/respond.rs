@@ -111,7 +111,8 @@ where
     let guard = cancel.clone().drop_guard();
     let (tx, mut rx) = mpsc::channel::<Value>(64);
     let sink = Sink::new(accepts_sse.then_some(tx));
-    let mut task = tokio::spawn(work(sink, cancel));
+    // The work is still part of this request (its failures name the request id).
+    let mut task = tokio::spawn(crate::request_id::RequestId::carry(work(sink, cancel)));
 
     let first = tokio::select! {
         biased;

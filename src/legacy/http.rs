@@ -6,12 +6,14 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::handshake::VersionMemory;
 use super::limit_hits::LimitHits;
+use super::upstream_tls::TlsFailure;
 use crate::config::UpstreamConfig;
 
 /// Why talking to the legacy server failed, at the HTTP level.
@@ -19,6 +21,9 @@ use crate::config::UpstreamConfig;
 pub enum HttpError {
     #[error("cannot reach the legacy server: {0}")]
     Connect(String),
+    /// The TLS connection to an `https` upstream failed; `detail` is for logs only.
+    #[error("TLS with the legacy server failed: {failure}")]
+    Tls { failure: TlsFailure, detail: String },
     #[error("the legacy server did not answer within {0:?}")]
     Timeout(Duration),
     #[error("the legacy server answered HTTP {status}: {body}")]
@@ -45,7 +50,7 @@ pub struct UpstreamLimits {
 }
 
 pub struct UpstreamHttp {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     pub url: url::Url,
     uri: http::Uri,
     pub limits: UpstreamLimits,
@@ -59,10 +64,27 @@ impl UpstreamHttp {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(cfg.connect_timeout));
         connector.set_nodelay(true);
-        connector.enforce_http(true);
+        // `https` URLs are handled by the TLS layer below; the TCP connector must let them by.
+        connector.enforce_http(false);
+        let tls = match &cfg.tls {
+            Some(tls) => tls.client_config(),
+            // A plain-http upstream: no TLS is ever negotiated, so nothing is trusted.
+            None => std::sync::Arc::new(
+                rustls::ClientConfig::builder_with_provider(crate::front::tls::provider())
+                    .with_safe_default_protocol_versions()
+                    .expect("the provider supports the default versions")
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
+            ),
+        };
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config((*tls).clone())
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
+            .build(https);
         UpstreamHttp {
             client,
             uri: cfg.url.as_str().parse().expect("validated URL"),
@@ -109,7 +131,13 @@ impl UpstreamHttp {
         let timeout = self.limits.response_timeout;
         match tokio::time::timeout(timeout, self.client.request(req)).await {
             Err(_) => Err(HttpError::Timeout(timeout)),
-            Ok(Err(e)) => Err(HttpError::Connect(error_chain(&e))),
+            Ok(Err(e)) => Err(match TlsFailure::find(&e) {
+                Some(failure) => HttpError::Tls {
+                    failure,
+                    detail: error_chain(&e),
+                },
+                None => HttpError::Connect(error_chain(&e)),
+            }),
             Ok(Ok(resp)) => Ok(resp),
         }
     }

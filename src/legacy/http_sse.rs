@@ -95,7 +95,7 @@ impl SseSession {
         if !is_sse(resp.headers()) {
             return Err(SessionError::Protocol(format!(
                 "{} answered GET with {:?}, not an SSE stream; is upstream.url the SSE endpoint (often /sse)?",
-                http.url,
+                crate::config::redact::redacted_url(&http.url),
                 resp.headers().get(header::CONTENT_TYPE)
             )));
         }

@@ -16,4 +16,5 @@ pub mod stdio;
 pub mod stdio_upstream;
 pub mod streamable_http;
 pub mod upstream;
+pub mod upstream_tls;
 pub mod wire;

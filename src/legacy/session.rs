@@ -53,6 +53,12 @@ pub enum SessionError {
     Expired,
     #[error("legacy initialize failed: {0}")]
     Initialize(String),
+    /// The legacy server answered `initialize` with an HTTP error status (`body` is for logs).
+    #[error("legacy initialize failed: HTTP {status}: {body}")]
+    InitializeStatus {
+        status: http::StatusCode,
+        body: String,
+    },
     #[error("the legacy server broke the protocol: {0}")]
     Protocol(String),
     /// The stdio server's command could not be started.

@@ -122,10 +122,10 @@ impl HttpSession {
                 .await
                 .map(|b| String::from_utf8_lossy(&b).into_owned())
                 .unwrap_or_default();
-            return Err(SessionError::Initialize(format!(
-                "HTTP {status}: {}",
-                excerpt(&text, 300)
-            )));
+            return Err(SessionError::InitializeStatus {
+                status,
+                body: excerpt(&text, 300),
+            });
         }
         self.session_id = resp.headers().get(SESSION_HEADER).cloned();
         let msg = first_response(resp, &json!(0), &self.http.limits).await?;

@@ -12,6 +12,7 @@ use super::limit_hits::LimitHits;
 use super::session::{Inbound, LegacySession, SessionError};
 use super::stdio_upstream::StdioUpstream;
 use super::streamable_http::HttpSession;
+use crate::config::redact::redacted_url;
 use crate::config::{UpstreamConfig, UpstreamTransport};
 
 pub enum Upstream {
@@ -35,35 +36,12 @@ impl Upstream {
         }
     }
 
-    /// Where the legacy server is, for logs.
+    /// Where the legacy server is, for logs (URL userinfo redacted).
     pub fn describe(&self) -> String {
         match self {
-            Upstream::Http(h) => h.url.to_string(),
-            Upstream::Sse(h) => format!("{} (HTTP+SSE)", h.url),
+            Upstream::Http(h) => redacted_url(&h.url),
+            Upstream::Sse(h) => format!("{} (HTTP+SSE)", redacted_url(&h.url)),
             Upstream::Stdio(s) => format!("stdio: {}", s.describe()),
-        }
-    }
-
-    /// Whether the legacy server can be reached (readiness): for HTTP transports a TCP
-    /// connect within `timeout`; for stdio, that child starts are not backing off after
-    /// failures. Cheap on purpose; a full `initialize` happens on the next call anyway.
-    pub async fn probe(&self, timeout: std::time::Duration) -> Result<(), String> {
-        match self {
-            Upstream::Stdio(s) => s.ready(),
-            Upstream::Http(h) | Upstream::Sse(h) => {
-                let host = h.url.host_str().unwrap_or("localhost").to_string();
-                let port = h.url.port_or_known_default().unwrap_or(80);
-                match tokio::time::timeout(
-                    timeout,
-                    tokio::net::TcpStream::connect((host.as_str(), port)),
-                )
-                .await
-                {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(format!("cannot connect to {host}:{port}: {e}")),
-                    Err(_) => Err(format!("no connection to {host}:{port} within {timeout:?}")),
-                }
-            }
         }
     }
 

@@ -285,7 +285,10 @@ impl<'g> Run<'g> {
                 Err(e) => {
                     session.close().await;
                     // A refused connection never carried the call; anything later might have.
-                    let call_sent = !matches!(e, SessionError::Http(HttpError::Connect(_)));
+                    let call_sent = !matches!(
+                        e,
+                        SessionError::Http(HttpError::Connect(_) | HttpError::Tls { .. })
+                    );
                     return Err(StartError {
                         rejection: session_rejection(&e),
                         call_sent,
@@ -499,10 +502,13 @@ impl<'g> Run<'g> {
                             }
                         },
                         Inbound::Ended { stream: StreamTag::Call(id), error } if id == self.call_id => {
-                            let detail = error.map(|e| format!(": {e}")).unwrap_or_default();
-                            return Err(Rejection::upstream(
-                                format!("the legacy server ended the {} stream without a response{detail}", call.method),
-                                "upstream_stream_broken",
+                            // How it ended (stderr, exit status) is for the log only.
+                            return Err(crate::upstream_error::concealed(
+                                Rejection::upstream(
+                                    format!("the upstream MCP server ended the {} stream without a response", call.method),
+                                    "upstream_stream_broken",
+                                ),
+                                error.as_deref().unwrap_or("no error reported"),
                             ));
                         }
                         Inbound::Ended { stream: StreamTag::Get, error } => {

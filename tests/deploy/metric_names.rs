@@ -13,6 +13,7 @@ pub const METRICS: &[&str] = &[
     "legacy_sessions_opened_total",
     "legacy_sessions_failed_total",
     "legacy_sessions_active",
+    "upstream_checks_total",
     "upstream_duration_seconds",
     "active_requests",
     "active_connections",

@@ -910,7 +910,8 @@ async fn check_config_warns_when_the_caps_exceed_the_open_file_limit() {
     };
     let low = run(1024);
     assert!(low.status.success());
-    let out = String::from_utf8_lossy(&low.stdout);
+    // Warnings go to stderr, after the file's name, like every check-config warning.
+    let out = String::from_utf8_lossy(&low.stderr);
     assert!(out.contains("warning:"), "{out}");
     assert!(out.contains("listen.max_connections: 4096"), "{out}");
     assert!(out.contains("RLIMIT_NOFILE) is 1024"), "{out}");
@@ -918,7 +919,7 @@ async fn check_config_warns_when_the_caps_exceed_the_open_file_limit() {
     let (_, hard) = mrtr_gateway::descriptor_budget::limits();
     if hard.is_none_or(|h| h >= 16384) {
         let high = run(16384);
-        let out = String::from_utf8_lossy(&high.stdout);
+        let out = String::from_utf8_lossy(&high.stderr);
         assert!(high.status.success() && !out.contains("warning"), "{out}");
     }
 }

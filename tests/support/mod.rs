@@ -2,6 +2,9 @@
 //! configurations, and the scripted answers a test client gives.
 #![allow(dead_code)]
 
+pub mod admin;
+pub mod logs;
+pub mod nginx;
 pub mod peers;
 pub mod procs;
 pub mod round_robin;
@@ -73,6 +76,8 @@ impl Env {
 }
 
 pub async fn start_gateway(cfg: Config) -> (Arc<Gateway>, Running, String) {
+    // WARN lines are kept, so a test can find a failure's detail by the client's request id.
+    logs::capture();
     let gw = Gateway::new(cfg);
     let running = listener::start(gw.clone(), gw.config().listen.addr)
         .await

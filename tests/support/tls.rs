@@ -39,9 +39,18 @@ impl Ca {
 
     /// A leaf certificate for `cn` with the given DNS / URI subject alternative names.
     pub fn leaf(&self, cn: &str, dns: &[&str]) -> Leaf {
+        self.leaf_with_subject(&[(DnType::CommonName, cn)], dns)
+    }
+
+    /// A leaf certificate whose subject is `subject`, in that order (`DnType::CustomDnType`
+    /// with the CN OID `[2, 5, 4, 3]` adds a second common name).
+    pub fn leaf_with_subject(&self, subject: &[(DnType, &str)], dns: &[&str]) -> Leaf {
         let mut params =
             CertificateParams::new(dns.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, cn);
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        for (t, v) in subject {
+            params.distinguished_name.push(t.clone(), *v);
+        }
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         Leaf {
