@@ -263,9 +263,17 @@ async fn handle_inner(
         Ok(p) => p,
         Err(e) => return refuse(&gw, &env.method, Some(&env.id), e.into()),
     };
-    // Hook (dual-era front): `initialize` selects legacy semantics, whatever its headers; it
-    // skips the modern header ladder and opens a passed-through legacy session.
+    // Hook (dual-era front): a legacy `initialize` selects legacy semantics; it skips the
+    // modern header ladder and opens a passed-through legacy session. One sent as a
+    // 2026-07-28 request (the version in the header or in `_meta`) asks for a method that
+    // revision removed: 404 + -32601, naming the versions to use instead (what a modern-only
+    // server answers to `initialize`).
     if env.method == "initialize" {
+        if !legacy_passthrough::is_legacy_initialize(&parts.headers, env.params.as_ref()) {
+            let rej = Rejection::method_not_found(&env.method)
+                .with_data(serde_json::json!({"supported": crate::protocol::SUPPORTED_VERSIONS}));
+            return refuse(&gw, &env.method, Some(&env.id), rej);
+        }
         return match legacy_passthrough::serve_initialize(
             &gw,
             &parts.headers,
