@@ -14,13 +14,14 @@ use super::listener::ConnInfo;
 use super::respond::{self, Body};
 use super::{legacy_passthrough, listen};
 use crate::auth::{AuthRequest, Authenticator};
+use crate::caller_scope::CallerScope;
 use crate::config::Config;
 use crate::error::Rejection;
 use crate::gateway::Gateway;
+use crate::legacy::capabilities::Declared;
 use crate::metrics::method_label;
 use crate::mrtr::engine::{self, Call};
-use crate::protocol::methods::{Route, required_server_capability, route};
-use crate::translate;
+use crate::protocol::methods::{Route, route};
 
 /// Counts a request in the "active" gauge for as long as it lives.
 struct ActiveGuard(prometheus::IntGauge);
@@ -295,8 +296,10 @@ async fn handle_inner(
         Err(rej) => return refuse(&gw, &env.method, Some(&env.id), rej),
     };
 
-    // Phase 4: routing. Removed and unknown methods, and methods the legacy server does not
-    // offer, are "not found".
+    // Phase 4: routing. Removed and unknown methods are "not found" here; a method the legacy
+    // server does not offer is "not found" once the caller's own session shows it (the
+    // engine checks, on the session that would serve it). Nothing is decided from another
+    // caller's session.
     let r = route(&env.method);
     if r == Route::NotFound {
         return refuse(
@@ -306,23 +309,7 @@ async fn handle_inner(
             Rejection::method_not_found(&env.method),
         );
     }
-    let snapshot = match gw.discover.get(&gw).await {
-        Ok(s) => s,
-        Err(rej) => return refuse(&gw, &env.method, Some(&env.id), rej),
-    };
-    if let Some(cap) = required_server_capability(&env.method)
-        && snapshot
-            .init
-            .pointer(&format!("/capabilities/{cap}"))
-            .is_none()
-    {
-        return refuse(
-            &gw,
-            &env.method,
-            Some(&env.id),
-            Rejection::method_not_found(&env.method),
-        );
-    }
+    let scope = CallerScope::new(principal.0.clone(), auth.credential_key(&parts.headers));
     if r == Route::Listen {
         // Hook (subscriptions/listen): a long-lived stream with a legacy session of its own.
         let params = env.params.clone().unwrap_or(Value::Null);
@@ -332,7 +319,7 @@ async fn handle_inner(
             &params,
             accepts_sse(&parts.headers),
             upstream_headers(&parts.headers, env.params.as_ref(), &auth),
-            &snapshot.init,
+            &scope,
         )
         .await
         {
@@ -344,14 +331,26 @@ async fn handle_inner(
         };
     }
     if r == Route::Discover {
-        let listen_supported = listen::supported(&gw.upstream());
-        let result = translate::discover(&snapshot.init, cfg.caching.discover, listen_supported);
-        let response = respond::json(
-            StatusCode::OK,
-            &crate::jsonrpc::result_response(&env.id, result.clone()),
-        );
-        record(&gw, &env.method, &Ok(result));
-        return response;
+        // The caller's own view: its session's InitializeResult, never another caller's.
+        let outcome = crate::discover::serve(
+            &gw,
+            &scope,
+            &Declared::from_modern(&meta.client_capabilities),
+            upstream_headers(&parts.headers, env.params.as_ref(), &auth),
+            listen::supported(&gw.upstream()),
+        )
+        .await;
+        return match outcome {
+            Ok(result) => {
+                let response = respond::json(
+                    StatusCode::OK,
+                    &crate::jsonrpc::result_response(&env.id, result.clone()),
+                );
+                record(&gw, &env.method, &Ok(result));
+                response
+            }
+            Err(rej) => refuse(&gw, &env.method, Some(&env.id), rej),
+        };
     }
 
     // Phase 5: serve through a legacy session; stream notifications if any come first.

@@ -26,6 +26,7 @@ pub const METRICS: &[&str] = &[
     "draining",
     "listen_streams",
     "legacy_passthrough_total",
+    "roots_refreshes_total",
 ];
 
 /// The histograms, whose series also appear as `_bucket`, `_sum` and `_count`.
