@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need (Redis, nginx, the
-# pinned Python MCP SDKs), checks formatting and lints, then runs every test.
+# pinned Python MCP SDKs and the pinned TypeScript reference server), checks formatting and
+# lints, then runs every test.
 #   scripts/test.sh            # everything
 #   scripts/test.sh -E 'test(interop)'   # extra arguments go to cargo nextest
 set -euo pipefail
@@ -8,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "system packages (redis-server, nginx-light)"
+step "system packages (redis-server, nginx-light; Node.js 20 must be present)"
 # nginx is the real TLS terminator in front of the Python legacy server (tests/upstream_tls.rs).
 # Pinned to Debian 12's nginx 1.22 series; the exact build is the archive's current one.
 NGINX_SERIES="1.22."
@@ -31,8 +32,18 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 /usr/sbin/nginx -v 2>&1 | grep "nginx/${NGINX_SERIES}" || { echo "nginx ${NGINX_SERIES}x is required" >&2; exit 1; }
 redis-server --version
+# The TypeScript reference server (tests/peers/ts) runs on Node.js 20 or newer (its HTTP layer,
+# @hono/node-server, requires 20). The machines this project runs on ship Node.js 20 with npm;
+# Debian 12's own nodejs is 18 and no other source is reachable from them, so a machine
+# without it is told so rather than given a Node.js the peer cannot run on.
+node_major() { node --version 2>/dev/null | sed -E 's/^v([0-9]+).*/\1/'; }
+if ! command -v npm >/dev/null 2>&1 || [ "$(node_major || echo 0)" -lt 20 ]; then
+  echo "Node.js 20 or newer with npm is required (found: $(node --version 2>/dev/null || echo none))" >&2
+  exit 1
+fi
+node --version
 
-step "Python peers (mcp 1.x legacy server, mcp 2.x modern client)"
+step "peers (Python: mcp 1.x legacy server, mcp 2.x modern client; TypeScript: server-everything)"
 tests/peers/setup.sh
 
 step "format and lints"

@@ -1,73 +1,55 @@
-//! The cached legacy `InitializeResult`, source of `server/discover` and of the identity
-//! stamped on every result.
+//! `server/discover` for one caller, answered from that caller's own legacy session.
 //!
-//! Every legacy session the gateway opens refreshes the cache for free; when no call has
-//! refreshed it within `discover.refresh`, the next reader opens a short session (declaring no
-//! capabilities) just to read it. Only one such refresh runs at a time.
+//! What a legacy server says in its `InitializeResult` (capabilities, `instructions`,
+//! `serverInfo`) may depend on who opened the session: the credential the gateway forwarded,
+//! or its static token, or — when callers are told apart — whatever the server attached to the
+//! session of that principal. So the gateway keeps no copy of it to share: discover checks out
+//! the caller's own session (the one its calls would use: same principal, forwarded
+//! credential and declared capabilities; usually a warm one from the pool, so no round trip),
+//! reads its `InitializeResult`, and gives the session back. Method routing takes the same
+//! view: the engine checks a method's server capability against the session that is about to
+//! serve it (`mrtr::run::Run::start`), never against another caller's.
+//!
+//! With `pool.mode = "per-call"` every discover opens (and closes) a session of its own.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use arc_swap::ArcSwapOption;
+use http::HeaderMap;
 use serde_json::Value;
 
+use crate::caller_scope::CallerScope;
 use crate::error::Rejection;
 use crate::gateway::Gateway;
+use crate::legacy::capabilities::Declared;
+use crate::legacy::pool::PoolKey;
+use crate::translate;
 
-pub struct Snapshot {
-    pub init: Value,
-    pub at: Instant,
+/// The `InitializeResult` of a session of `scope` declaring `declared`, opened with
+/// `headers` (credentials, trace context) if none is warm.
+pub async fn caller_init(
+    gw: &Gateway,
+    scope: &CallerScope,
+    declared: &Declared,
+    headers: HeaderMap,
+) -> Result<Value, Rejection> {
+    let key = PoolKey::new(scope, declared);
+    let lease = gw.checkout_session(&key, declared, headers).await?;
+    let init = lease.session.init_result().clone();
+    gw.return_session(key, lease).await;
+    Ok(init)
 }
 
-pub struct DiscoverCache {
-    snap: ArcSwapOption<Snapshot>,
-    refresh: Duration,
-    fetch_lock: tokio::sync::Mutex<()>,
-}
-
-impl DiscoverCache {
-    pub fn new(refresh: Duration) -> Self {
-        DiscoverCache {
-            snap: ArcSwapOption::empty(),
-            refresh,
-            fetch_lock: tokio::sync::Mutex::new(()),
-        }
-    }
-
-    /// Records an `InitializeResult` seen on any session.
-    pub fn observe(&self, init: &Value) {
-        self.snap.store(Some(Arc::new(Snapshot {
-            init: init.clone(),
-            at: Instant::now(),
-        })));
-    }
-
-    /// The last snapshot, however old (for stamping identity without a round trip).
-    pub fn peek(&self) -> Option<Arc<Snapshot>> {
-        self.snap.load_full()
-    }
-
-    fn fresh(&self) -> Option<Arc<Snapshot>> {
-        self.snap
-            .load_full()
-            .filter(|s| s.at.elapsed() < self.refresh)
-    }
-
-    /// A snapshot no older than the refresh interval, fetching one if needed.
-    pub async fn get(&self, gw: &Gateway) -> Result<Arc<Snapshot>, Rejection> {
-        if let Some(s) = self.fresh() {
-            return Ok(s);
-        }
-        let _guard = self.fetch_lock.lock().await;
-        if let Some(s) = self.fresh() {
-            return Ok(s);
-        }
-        let (session, _inbound) = gw
-            .open_session(&Default::default(), Default::default())
-            .await?;
-        let init = session.init_result().clone();
-        session.close().await;
-        self.observe(&init);
-        Ok(self.snap.load_full().expect("just stored"))
-    }
+/// The `server/discover` result for one caller. `listen_supported`: whether listen streams can
+/// deliver what the server's `listChanged` / `subscribe` flags promise.
+pub async fn serve(
+    gw: &Gateway,
+    scope: &CallerScope,
+    declared: &Declared,
+    headers: HeaderMap,
+    listen_supported: bool,
+) -> Result<Value, Rejection> {
+    let init = caller_init(gw, scope, declared, headers).await?;
+    let hint = translate::scoped_hint(
+        gw.config().caching.discover,
+        gw.auth().answers_depend_on_caller(),
+    );
+    Ok(translate::discover(&init, hint, listen_supported))
 }

@@ -12,11 +12,10 @@ use tokio::sync::mpsc;
 
 use crate::auth::Authenticator;
 use crate::config::{Config, PoolMode};
-use crate::discover::DiscoverCache;
 use crate::error::Rejection;
 use crate::legacy::capabilities::Declared;
 use crate::legacy::limit_hits::LimitHits;
-use crate::legacy::pool::{PoolKey, PoolMetrics, SessionPool};
+use crate::legacy::pool::{Lease, PoolKey, PoolMetrics, SessionPool};
 use crate::legacy::session::{Inbound, LegacySession};
 use crate::legacy::upstream::Upstream;
 use crate::metrics::Metrics;
@@ -29,7 +28,6 @@ pub struct Gateway {
     config: ArcSwap<Config>,
     upstream: ArcSwap<Upstream>,
     pub codec: StateCodec,
-    pub discover: DiscoverCache,
     pub metrics: Metrics,
     /// This process's identity among replicas (logs, metrics, parking references).
     pub instance_id: String,
@@ -115,7 +113,7 @@ impl Gateway {
                 discards: metrics.pool_discards.clone(),
             },
             config.pool.idle_timeout,
-            Some(long_lived.relay_sender()),
+            Some(long_lived.relay_handle()),
         ));
         let background = CancellationToken::new();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -139,7 +137,6 @@ impl Gateway {
             upstream: ArcSwap::from_pointee(Upstream::from_config(&config.upstream, hits)),
             codec: StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes)
                 .with_clock_skew(config.state.clock_skew),
-            discover: DiscoverCache::new(config.discover.refresh),
             long_lived,
             metrics,
             instance_id,
@@ -202,6 +199,8 @@ impl Gateway {
             tokio::spawn(async move { pool.clear().await });
         }
         self.pool.set_idle_timeout(new.pool.idle_timeout);
+        // A reload may follow an upgrade of the legacy server: learn its roots handling anew.
+        self.pool.roots_memory().reset();
         self.codec.replace_ring(KeyRing::new(&new.state.keys));
         self.metrics.key_ring_keys.set(new.state.keys.len() as i64);
         self.codec.set_limits(StateLimits {
@@ -256,7 +255,7 @@ impl Gateway {
         key: &PoolKey,
         declared: &Declared,
         headers: HeaderMap,
-    ) -> Result<(LegacySession, mpsc::Receiver<Inbound>), Rejection> {
+    ) -> Result<Lease, Rejection> {
         let cfg = self.config();
         if let Some(s) = self.pool.checkout(key, &cfg.pool).await {
             return Ok(s);
@@ -265,7 +264,8 @@ impl Gateway {
         if self.upstream().at_capacity() {
             self.pool.evict_one().await;
         }
-        self.open_session(declared, headers).await
+        let (session, inbound) = self.open_session(declared, headers).await?;
+        Ok(Lease::fresh(session, inbound))
     }
 
     /// Opens `pool.warm_up` legacy sessions into the pool (at start), declaring
@@ -282,11 +282,11 @@ impl Gateway {
         let auth = self.auth();
         let nothing = HeaderMap::new();
         let declared = &cfg.pool.warm_up_declared;
-        let key = PoolKey::new(
+        let scope = crate::caller_scope::CallerScope::new(
             crate::auth::ANONYMOUS,
-            declared,
             auth.credential_key(&nothing),
         );
+        let key = PoolKey::new(&scope, declared);
         let mut warmed = 0;
         for _ in 0..cfg.pool.warm_up {
             if self.is_draining() {
@@ -302,7 +302,7 @@ impl Gateway {
                 }
                 Ok((session, inbound)) => {
                     self.pool
-                        .checkin(key.clone(), session, inbound, &cfg.pool)
+                        .checkin(key.clone(), Lease::fresh(session, inbound), &cfg.pool)
                         .await;
                     warmed += 1;
                 }
@@ -321,15 +321,8 @@ impl Gateway {
     }
 
     /// Gives a session back after a clean completion (pooled, or closed per `pool.mode`).
-    pub async fn return_session(
-        &self,
-        key: PoolKey,
-        session: LegacySession,
-        inbound: mpsc::Receiver<Inbound>,
-    ) {
-        self.pool
-            .checkin(key, session, inbound, &self.config().pool)
-            .await;
+    pub async fn return_session(&self, key: PoolKey, lease: Lease) {
+        self.pool.checkin(key, lease, &self.config().pool).await;
     }
 
     pub fn start_draining(&self) {
@@ -363,7 +356,6 @@ impl Gateway {
             Ok((mut session, rx)) => {
                 self.metrics.legacy_sessions_opened.inc();
                 session.track_with(self.metrics.legacy_sessions_active.clone());
-                self.discover.observe(session.init_result());
                 Ok((session, rx))
             }
             Err(e) => {

@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod caller_scope;
 pub mod client;
 pub mod clock;
 pub mod commands;

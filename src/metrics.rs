@@ -34,6 +34,8 @@ pub struct Metrics {
     pub jwks_fetches: IntCounterVec,
     pub pool_checkouts: IntCounterVec,
     pub pool_discards: IntCounterVec,
+    /// Pooled sessions told their client's roots may have changed, by what the server did.
+    pub roots_refreshes: IntCounterVec,
     pub parked_evictions: IntCounterVec,
     pub max_rounds_exceeded: IntCounterVec,
     pub volatile_questions: IntCounterVec,
@@ -210,6 +212,11 @@ impl Metrics {
             "Pooled sessions closed instead of reused, by reason.",
             &["reason"],
         );
+        let roots_refreshes = counter_vec(
+            "roots_refreshes_total",
+            "Pooled sessions reused for a request declaring roots after the server had asked an earlier client's roots: notifications/roots/list_changed sent, then the server re-asked within pool.roots_refresh_wait (reasked), did not (timeout), or was not waited for because this upstream was learned to ignore the notification (not_waited).",
+            &["outcome"],
+        );
         let parked_evictions = counter_vec(
             "parked_evictions_total",
             "Parked calls cancelled without being resumed, by reason (expired, overflow, stream_ended, shutdown).",
@@ -277,6 +284,7 @@ impl Metrics {
             jwks_fetches,
             pool_checkouts,
             pool_discards,
+            roots_refreshes,
             parked_evictions,
             max_rounds_exceeded,
             volatile_questions,

@@ -78,6 +78,19 @@ pub fn from_legacy(
     (complete(result, server_info, cache), dropped)
 }
 
+/// `hint`, with its scope made `private` when the result depends on who asks: a `public`
+/// entry may be served across authorization contexts by a shared cache.
+pub fn scoped_hint(hint: CacheHint, depends_on_caller: bool) -> CacheHint {
+    if depends_on_caller {
+        CacheHint {
+            scope: CacheScope::Private,
+            ..hint
+        }
+    } else {
+        hint
+    }
+}
+
 /// A final result: `resultType: "complete"`, serverInfo, and cache hints when given.
 pub fn complete(result: Value, server_info: &Value, cache: Option<CacheHint>) -> Value {
     let mut obj = match result {

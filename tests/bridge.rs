@@ -336,8 +336,6 @@ async fn a_session_lost_before_the_call_is_reinitialized_once() {
     );
     let env = env(h).await;
     let c = env.client();
-    // Warm the discover cache so the count below is the call's own.
-    c.request("server/discover", json!({})).await.unwrap();
     let inits_before = env.legacy.stats().count_method("initialize");
     env.legacy.faults().expire_session_before("tools/call");
     let r = c
@@ -349,7 +347,7 @@ async fn a_session_lost_before_the_call_is_reinitialized_once() {
     assert_eq!(
         stats.count_method("initialize") - inits_before,
         2,
-        "one fresh initialize after the 404"
+        "the call's session, then one fresh initialize after the 404"
     );
     assert_eq!(stats.count_method("tools/call"), 2);
     assert_eq!(stats.http_errors(404), 1);
@@ -686,6 +684,15 @@ async fn a_2025_06_18_server_gets_legacy_shapes_and_its_elicitations_become_form
         ..Default::default()
     };
     let env = env_with(cfg, greet_handlers(), "", "").await;
+    // The first session of all asks for the configured 2025-11-25 and learns the server's
+    // older version; declaring nothing, it has no capability to mis-shape.
+    let l0 = env
+        .client()
+        .with_capabilities(json!({}))
+        .request("tools/list", json!({}))
+        .await
+        .unwrap();
+    assert!(l0.result().is_some(), "{:?}", l0.message);
     let (rounds, last) = greet_flow(&env).await;
     assert_eq!(
         rounds[0].input_requests.values().next().unwrap()["params"]["mode"],
@@ -707,7 +714,7 @@ async fn a_2025_06_18_server_gets_legacy_shapes_and_its_elicitations_become_form
 }
 
 #[tokio::test]
-async fn discover_is_synthesized_cached_and_stamped() {
+async fn discover_is_synthesized_from_a_warm_session_and_stamped() {
     let env = env(greet_handlers()).await;
     let c = env.client();
     let d = c.request("server/discover", json!({})).await.unwrap();
@@ -730,7 +737,7 @@ async fn discover_is_synthesized_cached_and_stamped() {
     assert_eq!(
         env.legacy.stats().count_method("initialize"),
         inits,
-        "served from the cache"
+        "served from the caller's warm session, no new initialize"
     );
     // A method the legacy server does not offer is not found.
     let p = c.request("prompts/list", json!({})).await.unwrap();

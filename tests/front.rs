@@ -310,16 +310,21 @@ async fn an_unreachable_legacy_server_is_a_clear_upstream_error() {
 }
 
 #[tokio::test]
-async fn initialize_takes_the_legacy_path_even_with_modern_headers() {
-    // A dual-era server chooses per request: `initialize` selects legacy semantics, so it is
-    // passed through to the legacy server and answered with a session id the gateway sealed.
+async fn a_legacy_initialize_takes_the_legacy_path() {
+    // A dual-era server chooses per request: a legacy `initialize` (no 2026-07-28 version in
+    // its header or `_meta`) selects legacy semantics, so it is passed through to the legacy
+    // server and answered with a session id the gateway sealed. (One sent as a 2026-07-28
+    // request is "method not found": tests/isolation.rs.)
     let env = env(handlers()).await;
     let c = env.client();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                                 "clientInfo": {"name": "c", "version": "1"}}});
     let ex = c
-        .request(
-            "initialize",
-            json!({"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "c", "version": "1"}}),
+        .send_raw(
+            Method::POST,
+            headers(&[("mcp-protocol-version", "2025-11-25")]),
+            serde_json::to_vec(&body).unwrap().into(),
         )
         .await
         .unwrap();
@@ -329,5 +334,71 @@ async fn initialize_takes_the_legacy_path_even_with_modern_headers() {
     let upstream = env.legacy.session_ids();
     assert_eq!(upstream.len(), 1);
     assert!(sealed.starts_with("m1.") && sealed != upstream[0]);
+    env.stop().await;
+}
+
+/// The conformance suite's `server-stateless` scenario sends `initialize` with the modern
+/// headers and `_meta` and expects 404 with -32601 (the id echoed). Either marker alone makes
+/// it a modern request. A legacy `initialize` is still passed through.
+#[tokio::test]
+async fn initialize_as_a_2026_request_is_method_not_found() {
+    let env = env(handlers()).await;
+    let c = env.client();
+    let legacy_params = json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                               "clientInfo": {"name": "c", "version": "1"}});
+
+    // Headers and _meta, as the conformance suite sends it.
+    let ex = c.request("initialize", json!({})).await.unwrap();
+    assert_eq!(ex.status.as_u16(), 404, "{:?}", ex.message);
+    let msg = ex.message.as_ref().unwrap();
+    assert_eq!(msg["error"]["code"], -32601);
+    assert!(msg["id"].is_i64(), "the id is echoed: {msg}");
+    assert_eq!(msg["error"]["data"]["supported"], json!(["2026-07-28"]));
+
+    // Only the header (a legacy-shaped body).
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": legacy_params});
+    let ex = c
+        .send_raw(
+            Method::POST,
+            ModernClient::routing_headers(&body),
+            serde_json::to_vec(&body).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ex.status.as_u16(), 404, "{:?}", ex.message);
+    assert_eq!(ex.error_code(), Some(-32601));
+
+    // Only _meta.
+    let mut params = legacy_params.clone();
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"});
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "initialize", "params": params});
+    let ex = c
+        .send_raw(
+            Method::POST,
+            HeaderMap::new(),
+            serde_json::to_vec(&body).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ex.status.as_u16(), 404, "{:?}", ex.message);
+    assert_eq!(ex.error_code(), Some(-32601));
+    assert!(
+        env.legacy.session_ids().is_empty(),
+        "nothing reached the legacy server"
+    );
+
+    // A legacy client's initialize (no 2026-07-28 anywhere) is passed through as before.
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": legacy_params});
+    let ex = c
+        .send_raw(
+            Method::POST,
+            HeaderMap::new(),
+            serde_json::to_vec(&body).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ex.status.as_u16(), 200, "{:?}", ex.message);
+    assert_eq!(ex.result().unwrap()["protocolVersion"], "2025-11-25");
+    assert_eq!(env.legacy.session_ids().len(), 1);
     env.stop().await;
 }

@@ -238,8 +238,6 @@ async fn a_refused_subscription_is_an_error_before_any_streaming() {
 async fn the_legacy_session_closes_when_the_client_goes_away() {
     let env = env(ok_tool(Handlers::new())).await;
     let c = env.client();
-    // Warm the discover cache so its short-lived session does not blur the count.
-    c.request("server/discover", json!({})).await.unwrap();
     let stats = env.legacy.stats_handle();
     assert!(stats.wait_until(|s| s.sessions_live() == 0, WAIT).await);
     let deleted = stats.sessions_deleted();

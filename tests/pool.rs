@@ -269,7 +269,7 @@ async fn warm_up_opens_sessions_at_start_that_matching_calls_use() {
     );
     assert_eq!(
         env.legacy.session(&sid).unwrap().client_capabilities,
-        json!({"roots": {"listChanged": false}, "elicitation": {"form": {}}}),
+        json!({"roots": {"listChanged": true}, "elicitation": {"form": {}}}),
         "the warm session declared the configured capabilities"
     );
 

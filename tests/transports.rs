@@ -277,13 +277,7 @@ async fn faulty(mode: &str, upstream_extra: &str) -> Faulty {
         "--state-dir",
         dir.path().to_string_lossy().as_ref(),
     ]);
-    let f = faulty_command(dir, &command, upstream_extra).await;
-    // The gateway's first request also reads the server's identity, on a child of its own:
-    // get that done first, so each test's children are its calls'.
-    let _ = ModernClient::new(&f.url)
-        .request("server/discover", json!({}))
-        .await;
-    f
+    faulty_command(dir, &command, upstream_extra).await
 }
 
 async fn faulty_command(dir: TempDir, command: &str, upstream_extra: &str) -> Faulty {
@@ -858,7 +852,6 @@ async fn a_get_stream_that_keeps_breaking_is_given_up_after_resume_attempts() {
             &[("limit", "upstream_resume_attempts")],
         )
     };
-    // (The gateway's discover session opened a GET stream too.)
     let base = stats.get_streams_opened();
     // Two silent breaks are reopened; the third in a row is one too many.
     for reopened in 1..=2 {

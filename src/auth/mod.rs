@@ -183,6 +183,14 @@ impl Authenticator {
         self.upstream.upstream_headers(incoming)
     }
 
+    /// Whether the legacy server's answers may differ from one caller to the next: callers are
+    /// told apart (any mode but `none`: sessions are kept per principal), or each forwards its
+    /// own credential. Results are then never `cacheScope: "public"`.
+    pub fn answers_depend_on_caller(&self) -> bool {
+        !matches!(self.verifier, Verifier::None)
+            || matches!(self.upstream, UpstreamCredentials::Forward)
+    }
+
     /// Non-secret name of the upstream credential (empty when none is sent), for pool keys.
     pub fn credential_key(&self, incoming: &HeaderMap) -> String {
         self.upstream.credential_key(incoming)

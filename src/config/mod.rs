@@ -121,6 +121,12 @@ pub struct PoolConfig {
     /// Sessions opened into the pool at start (`pool.warm_up`), declaring `warm_up_declared`.
     pub warm_up: usize,
     pub warm_up_declared: crate::legacy::capabilities::Declared,
+    /// Longest wait, after `notifications/roots/list_changed` on a reused session, for the
+    /// server's `roots/list` before the call is sent (zero: never wait).
+    pub roots_refresh_wait: Duration,
+    /// Waits in a row that may time out, with no re-ask ever seen, before the gateway stops
+    /// waiting on this upstream (until the next reload).
+    pub roots_refresh_probes: u32,
 }
 
 /// What happens to a blocked legacy call when the gateway returns `input_required`.
@@ -308,6 +314,9 @@ pub struct MrtrConfig {
     pub gather_quiet: Duration,
 }
 
+/// `[discover]`. Deprecated: `refresh` is still validated (so an old file keeps loading, and
+/// a bad value is still named) but has no effect since `server/discover` is answered from the
+/// caller's own legacy session (`crate::discover`) instead of a gateway-wide cache.
 #[derive(Debug, Clone)]
 pub struct DiscoverConfig {
     pub refresh: Duration,
@@ -654,6 +663,25 @@ impl Config {
             idle_timeout: nonzero_duration("pool.idle_timeout", &raw.pool.idle_timeout)?,
             warm_up: usize::try_from(raw.pool.warm_up).unwrap_or(usize::MAX),
             warm_up_declared: warm_up_declared(&raw.pool.warm_up_capabilities)?,
+            roots_refresh_wait: {
+                let d = duration("pool.roots_refresh_wait", &raw.pool.roots_refresh_wait)?;
+                if d > Duration::from_secs(60) {
+                    return Err(ConfigError::new(
+                        "pool.roots_refresh_wait",
+                        "must be between \"0s\" and \"60s\"",
+                    ));
+                }
+                d
+            },
+            roots_refresh_probes: match raw.pool.roots_refresh_probes {
+                n @ 1..=1000 => n as u32,
+                _ => {
+                    return Err(ConfigError::new(
+                        "pool.roots_refresh_probes",
+                        "must be between 1 and 1000",
+                    ));
+                }
+            },
         };
         let auth = crate::auth::config::AuthConfig::from_raw(&raw.auth, base_dir)?;
         check_warm_up(&pool, &auth)?;
@@ -1583,6 +1611,39 @@ mod tests {
         assert_eq!(
             e.env_var.as_deref(),
             Some("MRTR_GATEWAY__LISTEN__MAX_CONNECTIONS_PER_SOURCE")
+        );
+    }
+
+    #[test]
+    fn roots_refresh_keys_have_defaults_bounds_and_environment_overrides() {
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert_eq!(c.pool.roots_refresh_wait, Duration::from_secs(1));
+        assert_eq!(c.pool.roots_refresh_probes, 3);
+        let c = Config::from_toml_str(
+            &format!("[pool]\nroots_refresh_wait = \"0s\"\n{}", minimal()),
+            &[],
+            None,
+        )
+        .unwrap();
+        assert!(c.pool.roots_refresh_wait.is_zero(), "0s: never wait");
+        for (body, key) in [
+            ("roots_refresh_wait = \"61s\"", "pool.roots_refresh_wait"),
+            ("roots_refresh_wait = \"soon\"", "pool.roots_refresh_wait"),
+            ("roots_refresh_probes = 0", "pool.roots_refresh_probes"),
+            ("roots_refresh_probes = 1001", "pool.roots_refresh_probes"),
+        ] {
+            let e = err_of(&format!("[pool]\n{body}\n{}", minimal()));
+            assert_eq!(e.key, key, "{body}: {e}");
+        }
+        let vars = vec![(
+            "MRTR_GATEWAY__POOL__ROOTS_REFRESH_WAIT".to_string(),
+            "2m".to_string(),
+        )];
+        let e = Config::from_toml_str(&minimal(), &vars, None).unwrap_err();
+        assert_eq!(e.key, "pool.roots_refresh_wait");
+        assert_eq!(
+            e.env_var.as_deref(),
+            Some("MRTR_GATEWAY__POOL__ROOTS_REFRESH_WAIT")
         );
     }
 

@@ -355,6 +355,8 @@ pub struct RawPool {
     pub idle_timeout: String,
     pub warm_up: u64,
     pub warm_up_capabilities: Vec<String>,
+    pub roots_refresh_wait: String,
+    pub roots_refresh_probes: u64,
 }
 
 impl Default for RawPool {
@@ -366,6 +368,8 @@ impl Default for RawPool {
             idle_timeout: "60s".into(),
             warm_up: 0,
             warm_up_capabilities: Vec::new(),
+            roots_refresh_wait: "1s".into(),
+            roots_refresh_probes: 3,
         }
     }
 }

@@ -14,14 +14,15 @@ use super::listener::ConnInfo;
 use super::respond::{self, Body};
 use super::{legacy_passthrough, listen, request_body};
 use crate::auth::{AuthRequest, Authenticator, Principal};
+use crate::caller_scope::CallerScope;
 use crate::config::Config;
 use crate::error::Rejection;
 use crate::gateway::Gateway;
+use crate::legacy::capabilities::Declared;
 use crate::legacy::session::SESSION_HEADER;
 use crate::metrics::method_label;
 use crate::mrtr::engine::{self, Call};
-use crate::protocol::methods::{Route, required_server_capability, route};
-use crate::translate;
+use crate::protocol::methods::{Route, route};
 
 /// Counts the outcome and writes the one access-log line of the request (inside its span,
 /// which carries the request id and instance id). Never logs payloads, states or answers.
@@ -216,7 +217,7 @@ async fn handle_inner(
     let response = if bodyless_session {
         serve_bodyless_session(&gw, request).await
     } else {
-        serve(gw, request, cfg, span).await
+        serve(gw, request, span).await
     };
     admission::hold_until_done(response, slot)
 }
@@ -264,7 +265,7 @@ async fn serve_bodyless_session(gw: &Gateway, r: Admitted) -> Response<Body> {
 
 /// The request path for an admitted POST: the legacy-client hook, the JSON-RPC ladder,
 /// routing, and serving.
-async fn serve(gw: Arc<Gateway>, r: Admitted, cfg: &Config, span: tracing::Span) -> Response<Body> {
+async fn serve(gw: Arc<Gateway>, r: Admitted, span: tracing::Span) -> Response<Body> {
     let Admitted {
         parts,
         bytes,
@@ -299,9 +300,17 @@ async fn serve(gw: Arc<Gateway>, r: Admitted, cfg: &Config, span: tracing::Span)
             return refuse(&gw, "other", id.as_ref(), rej);
         }
     };
-    // Hook (dual-era front): `initialize` selects legacy semantics, whatever its headers; it
-    // skips the modern header ladder and opens a passed-through legacy session.
+    // Hook (dual-era front): a legacy `initialize` selects legacy semantics; it skips the
+    // modern header ladder and opens a passed-through legacy session. One sent as a
+    // 2026-07-28 request (the version in the header or in `_meta`) asks for a method that
+    // revision removed: 404 + -32601, naming the versions to use instead (what a modern-only
+    // server answers to `initialize`).
     if env.method == "initialize" {
+        if !legacy_passthrough::is_legacy_initialize(&parts.headers, env.params.as_ref()) {
+            let rej = Rejection::method_not_found(&env.method)
+                .with_data(serde_json::json!({"supported": crate::protocol::SUPPORTED_VERSIONS}));
+            return refuse(&gw, &env.method, Some(&env.id), rej);
+        }
         return match legacy_passthrough::serve_initialize(
             &gw,
             &parts.headers,
@@ -323,8 +332,10 @@ async fn serve(gw: Arc<Gateway>, r: Admitted, cfg: &Config, span: tracing::Span)
         Err(rej) => return refuse(&gw, &env.method, Some(&env.id), rej),
     };
 
-    // Phase 6: routing. Removed and unknown methods, and methods the legacy server does not
-    // offer, are "not found".
+    // Phase 6: routing. Removed and unknown methods are "not found" here; a method the legacy
+    // server does not offer is "not found" once the caller's own session shows it (the
+    // engine checks, on the session that would serve it). Nothing is decided from another
+    // caller's session.
     let r = route(&env.method);
     if r == Route::NotFound {
         return refuse(
@@ -334,23 +345,7 @@ async fn serve(gw: Arc<Gateway>, r: Admitted, cfg: &Config, span: tracing::Span)
             Rejection::method_not_found(&env.method),
         );
     }
-    let snapshot = match gw.discover.get(&gw).await {
-        Ok(s) => s,
-        Err(rej) => return refuse(&gw, &env.method, Some(&env.id), rej),
-    };
-    if let Some(cap) = required_server_capability(&env.method)
-        && snapshot
-            .init
-            .pointer(&format!("/capabilities/{cap}"))
-            .is_none()
-    {
-        return refuse(
-            &gw,
-            &env.method,
-            Some(&env.id),
-            Rejection::method_not_found(&env.method),
-        );
-    }
+    let scope = CallerScope::new(principal.0.clone(), auth.credential_key(&parts.headers));
     if r == Route::Listen {
         // Hook (subscriptions/listen): a long-lived stream with a legacy session of its own.
         let params = env.params.clone().unwrap_or(Value::Null);
@@ -361,7 +356,7 @@ async fn serve(gw: Arc<Gateway>, r: Admitted, cfg: &Config, span: tracing::Span)
             &params,
             accepts_sse(&parts.headers),
             upstream_headers(&parts.headers, env.params.as_ref(), &auth),
-            &snapshot.init,
+            &scope,
         )
         .await
         {
@@ -373,14 +368,26 @@ async fn serve(gw: Arc<Gateway>, r: Admitted, cfg: &Config, span: tracing::Span)
         };
     }
     if r == Route::Discover {
-        let listen_supported = listen::supported(&gw.upstream());
-        let result = translate::discover(&snapshot.init, cfg.caching.discover, listen_supported);
-        let response = respond::json(
-            StatusCode::OK,
-            &crate::jsonrpc::result_response(&env.id, result.clone()),
-        );
-        record(&gw, &env.method, &Ok(result));
-        return response;
+        // The caller's own view: its session's InitializeResult, never another caller's.
+        let outcome = crate::discover::serve(
+            &gw,
+            &scope,
+            &Declared::from_modern(&meta.client_capabilities),
+            upstream_headers(&parts.headers, env.params.as_ref(), &auth),
+            listen::supported(&gw.upstream()),
+        )
+        .await;
+        return match outcome {
+            Ok(result) => {
+                let response = respond::json(
+                    StatusCode::OK,
+                    &crate::jsonrpc::result_response(&env.id, result.clone()),
+                );
+                record(&gw, &env.method, &Ok(result));
+                response
+            }
+            Err(rej) => refuse(&gw, &env.method, Some(&env.id), rej),
+        };
     }
 
     // Phase 7: serve through a legacy session; stream notifications if any come first.

@@ -2,8 +2,10 @@
 //! passed through to the legacy server as legacy sessions, server requests and all.
 //!
 //! **Which requests.** The spec lets a dual-era server choose per request (digest §6.6):
-//! - `initialize` (POST), whatever its headers: legacy semantics begin here. A modern client
-//!   has no use for `initialize`, so a modern-headered one is treated the same way.
+//! - a legacy `initialize` (POST): legacy semantics begin here. An `initialize` sent as a
+//!   2026-07-28 request (a 2026-07-28 `MCP-Protocol-Version` header, or that version in
+//!   `_meta`) is not one: it takes the modern path, where `initialize` no longer exists
+//!   (404, -32601, as the conformance suite's `server-stateless` scenario expects).
 //! - a POST naming a session (`Mcp-Session-Id`) without a 2026-07-28 `MCP-Protocol-Version`
 //!   (2025-03-26 clients send no version header at all). It is forwarded before any modern
 //!   parsing, since it may be a notification, a batch, or the client's answer to a server
@@ -87,6 +89,19 @@ pub fn is_session_post(headers: &HeaderMap) -> bool {
             .to_str()
             .map_or(true, |v| !SUPPORTED_VERSIONS.contains(&v)),
     }
+}
+
+/// Whether an `initialize` is a legacy client's: neither its `MCP-Protocol-Version` header
+/// nor its `_meta` names a 2026-07-28 (modern) version. Legacy clients send no header on
+/// `initialize` (or their own legacy version) and no modern `_meta`.
+pub fn is_legacy_initialize(headers: &HeaderMap, params: Option<&Value>) -> bool {
+    let modern = |v: Option<&str>| v.is_some_and(|v| SUPPORTED_VERSIONS.contains(&v));
+    let header = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok());
+    let meta = params
+        .and_then(|p| p.pointer("/_meta"))
+        .and_then(|m| m.get(crate::protocol::meta::PROTOCOL_VERSION))
+        .and_then(Value::as_str);
+    !modern(header) && !modern(meta)
 }
 
 /// The ticket behind a request's session id, if it is one this gateway sealed.
@@ -448,5 +463,24 @@ mod tests {
             "2025-06-18"
         )])));
         assert!(!is_session_post(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn an_initialize_is_legacy_unless_a_2026_version_is_in_its_header_or_meta() {
+        let legacy = serde_json::json!({"protocolVersion": "2025-11-25", "capabilities": {}});
+        assert!(is_legacy_initialize(&HeaderMap::new(), Some(&legacy)));
+        assert!(is_legacy_initialize(
+            &headers(&[("mcp-protocol-version", "2025-11-25")]),
+            Some(&legacy)
+        ));
+        assert!(is_legacy_initialize(&HeaderMap::new(), None));
+        assert!(!is_legacy_initialize(
+            &headers(&[("mcp-protocol-version", "2026-07-28")]),
+            Some(&legacy)
+        ));
+        let modern_meta = serde_json::json!({
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+        });
+        assert!(!is_legacy_initialize(&HeaderMap::new(), Some(&modern_meta)));
     }
 }

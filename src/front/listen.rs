@@ -59,6 +59,7 @@ use tokio_util::sync::CancellationToken;
 use super::admission::Caller;
 use super::long_lived::{self, StreamPlace, StreamRefusal};
 use super::respond::{self, Body};
+use crate::caller_scope::CallerScope;
 use crate::error::{Fault, Rejection};
 use crate::gateway::{Gateway, session_rejection};
 use crate::jsonrpc::{self, ErrorObject, MessageKind, codes};
@@ -347,8 +348,8 @@ async fn subscribe(
     Ok(())
 }
 
-/// Serves one `subscriptions/listen` request: an error before streaming, or the stream.
-/// `init` is the cached legacy `InitializeResult` (identity when no session is opened).
+/// Serves one `subscriptions/listen` request of `scope`: an error before streaming, or the
+/// stream.
 pub async fn serve(
     gw: &Gateway,
     caller: &Caller,
@@ -356,7 +357,7 @@ pub async fn serve(
     params: &Value,
     accepts_sse: bool,
     upstream_headers: HeaderMap,
-    init: &Value,
+    scope: &CallerScope,
 ) -> Result<Response<Body>, Rejection> {
     let cfg = gw.config();
     let limits = &cfg.subscriptions;
@@ -426,9 +427,14 @@ pub async fn serve(
 
     let mut agreed = Filter::default();
     let mut early = VecDeque::new();
-    let mut server_info = translate::server_info(Some(init));
+    let server_info;
     let mut feed: Option<Feed> = None;
-    if supported(&gw.upstream()) {
+    if !supported(&gw.upstream()) {
+        // No session of its own (see the module docs); the identity is still this caller's.
+        let init =
+            crate::discover::caller_init(gw, scope, &Declared::default(), upstream_headers).await?;
+        server_info = translate::server_info(Some(&init));
+    } else {
         let (session, inbound) = gw
             .open_session(&Declared::default(), upstream_headers)
             .await?;
@@ -490,7 +496,7 @@ pub async fn serve(
         feed,
         keepalive,
         shutdown: gw.long_lived.shutdown().clone(),
-        relayed: gw.long_lived.relayed(),
+        relayed: gw.long_lived.relayed(scope),
         recent: VecDeque::new(),
         server_info,
         ended: false,
@@ -516,7 +522,8 @@ struct ListenStream {
     feed: Option<Feed>,
     keepalive: Interval,
     shutdown: CancellationToken,
-    /// Session-wide notifications seen on this replica's other legacy sessions.
+    /// Session-wide notifications seen on this replica's other legacy sessions of the same
+    /// caller (principal and forwarded credential).
     relayed: tokio::sync::broadcast::Receiver<Value>,
     /// Recently forwarded notifications and which path each came by (`true`: relayed from
     /// another session), to drop the second sighting of one change seen on both paths.

@@ -20,6 +20,8 @@ use http::Response;
 use tokio_util::sync::CancellationToken;
 
 use super::admission::Caller;
+use crate::caller_scope::CallerScope;
+use crate::legacy::relay::NotificationRelay;
 
 pub struct LongLived {
     shutdown: CancellationToken,
@@ -27,8 +29,9 @@ pub struct LongLived {
     legacy_get: Arc<StreamCount>,
     /// List-change and resource-update notifications seen on other sessions of this replica
     /// (per-call, pooled): many legacy servers (FastMCP among them) tell only the session whose
-    /// request caused the change, which is never a listen stream's own session.
-    relay: tokio::sync::broadcast::Sender<serde_json::Value>,
+    /// request caused the change, which is never a listen stream's own session. Relayed per
+    /// caller scope: only to the listen streams of the caller whose session heard them.
+    relay: Arc<NotificationRelay>,
 }
 
 /// The open streams of one kind: in all (also readable without the lock), and per caller.
@@ -121,7 +124,7 @@ impl LongLived {
         legacy_get_gauge: prometheus::IntGauge,
     ) -> LongLived {
         LongLived {
-            relay: tokio::sync::broadcast::channel(64).0,
+            relay: Arc::new(NotificationRelay::new()),
             shutdown: CancellationToken::new(),
             listen: StreamCount::new(listen_gauge),
             legacy_get: StreamCount::new(legacy_get_gauge),
@@ -158,21 +161,23 @@ impl LongLived {
         self.legacy_get.admit(caller, max, max_per_caller)
     }
 
-    /// Offers a session-wide notification seen on a call's session to every listen stream.
-    pub fn relay(&self, msg: &serde_json::Value) {
-        if self.listen_streams() > 0 {
-            let _ = self.relay.send(msg.clone());
-        }
+    /// Offers a session-wide notification seen on a session working for `scope` to that
+    /// caller's listen streams.
+    pub fn relay(&self, scope: &CallerScope, msg: &serde_json::Value) {
+        self.relay.publish(scope, msg);
     }
 
-    /// A sender into the relay, for idle pooled sessions.
-    pub fn relay_sender(&self) -> tokio::sync::broadcast::Sender<serde_json::Value> {
+    /// The relay, for idle pooled sessions.
+    pub fn relay_handle(&self) -> Arc<NotificationRelay> {
         self.relay.clone()
     }
 
-    /// Notifications relayed from other sessions, for one listen stream.
-    pub fn relayed(&self) -> tokio::sync::broadcast::Receiver<serde_json::Value> {
-        self.relay.subscribe()
+    /// Notifications relayed from `scope`'s other sessions, for one listen stream of `scope`.
+    pub fn relayed(
+        &self,
+        scope: &CallerScope,
+    ) -> tokio::sync::broadcast::Receiver<serde_json::Value> {
+        self.relay.subscribe(scope)
     }
 
     /// Listen streams open now.

@@ -6,11 +6,16 @@
 //!
 //! | modern                 | 2025-11-25                 | 2025-06-18          | 2025-03-26 / 2024-11-05 |
 //! |------------------------|----------------------------|---------------------|-------------------------|
-//! | `roots: {}`            | `roots: {listChanged:false}` | same              | same                    |
+//! | `roots: {}`            | `roots: {listChanged:true}` | same               | same                    |
 //! | `sampling: {context?, tools?}` | same               | `sampling: {}`      | `sampling: {}`          |
 //! | `elicitation: {form?, url?}`   | same               | `elicitation: {}` if form | omitted           |
 //!
 //! `experimental` and `extensions` are not forwarded: the gateway cannot vouch for them.
+//!
+//! `roots.listChanged` is true because the gateway does tell the server when the roots may
+//! have changed: a pooled session serves one client after another, and before it serves a new
+//! one the gateway sends `notifications/roots/list_changed` (see
+//! [`super::roots_refresh`]).
 
 use serde_json::{Map, Value, json};
 
@@ -81,7 +86,7 @@ impl Declared {
     pub fn to_legacy(&self, version: &str) -> Value {
         let mut caps = Map::new();
         if self.roots {
-            caps.insert("roots".into(), json!({"listChanged": false}));
+            caps.insert("roots".into(), json!({"listChanged": true}));
         }
         let modern_shapes = version >= "2025-11-25";
         if self.sampling {
@@ -155,15 +160,15 @@ mod tests {
         }));
         assert_eq!(
             d.to_legacy("2025-11-25"),
-            json!({"roots":{"listChanged":false},"sampling":{"tools":{}},"elicitation":{"form":{},"url":{}}})
+            json!({"roots":{"listChanged":true},"sampling":{"tools":{}},"elicitation":{"form":{},"url":{}}})
         );
         assert_eq!(
             d.to_legacy("2025-06-18"),
-            json!({"roots":{"listChanged":false},"sampling":{},"elicitation":{}})
+            json!({"roots":{"listChanged":true},"sampling":{},"elicitation":{}})
         );
         assert_eq!(
             d.to_legacy("2025-03-26"),
-            json!({"roots":{"listChanged":false},"sampling":{}})
+            json!({"roots":{"listChanged":true},"sampling":{}})
         );
         assert_eq!(
             Declared::from_modern(&json!({})).to_legacy("2025-11-25"),

@@ -9,6 +9,8 @@ pub mod http_stream;
 pub mod limit_hits;
 pub mod pending;
 pub mod pool;
+pub mod relay;
+pub mod roots_refresh;
 pub mod session;
 pub mod spawn_backoff;
 pub mod sse;

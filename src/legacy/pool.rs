@@ -2,10 +2,12 @@
 //!
 //! Opening a legacy session costs several round trips (`initialize`, `initialized`, the GET
 //! stream) — for stdio, a whole process. The pool keeps sessions that ended a call cleanly and
-//! hands them to the next call with the same key: the principal, the declared capability set
-//! (a legacy session's capabilities are fixed at `initialize`), and the forwarded credential.
-//! A checked-out session belongs to one call only, so every server request on it — GET stream
-//! included — belongs to that call.
+//! hands them to the next call with the same key: the caller's scope (principal and forwarded
+//! credential) and the declared capability set (a legacy session's capabilities are fixed at
+//! `initialize`). A checked-out session belongs to one call only, so every server request on
+//! it — GET stream included — belongs to that call. A session remembers whether its server has
+//! asked for roots, so the next request declaring roots can make it ask again
+//! ([`super::roots_refresh`]).
 //!
 //! A session is not returned after anything unusual (the engine abandons it instead: cancel,
 //! timeout, error, parking). At checkout, what arrived while it sat idle is inspected: a
@@ -14,41 +16,64 @@
 //! turns pooling off for legacy servers that keep per-session state across calls.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::capabilities::Declared;
+use super::relay::{NotificationRelay, is_session_wide};
+use super::roots_refresh::RootsRefreshMemory;
 use super::session::{Inbound, LegacySession, StreamTag};
+use crate::caller_scope::CallerScope;
 use crate::config::{PoolConfig, PoolMode};
 use crate::jsonrpc::{self, MessageKind};
 
 /// Which sessions may be shared.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PoolKey {
-    pub principal: String,
+    /// Whom the session works for: principal and forwarded credential.
+    pub scope: CallerScope,
     /// `Declared::label()` of the capabilities the session declared.
     pub capabilities: String,
-    /// A digest of the credential forwarded upstream ("" when none is).
-    pub credential: String,
 }
 
 impl PoolKey {
-    /// The key a request of `principal` declaring `declared` and forwarding `credential` uses.
-    pub fn new(principal: &str, declared: &Declared, credential: String) -> PoolKey {
+    /// The key a request of `scope` declaring `declared` uses.
+    pub fn new(scope: &CallerScope, declared: &Declared) -> PoolKey {
         PoolKey {
-            principal: principal.to_string(),
+            scope: scope.clone(),
             capabilities: declared.label(),
-            credential,
+        }
+    }
+}
+
+/// A session out of the pool (or newly opened), with what its earlier users left behind that
+/// the next one must know.
+pub struct Lease {
+    pub session: LegacySession,
+    pub inbound: mpsc::Receiver<Inbound>,
+    /// The server has asked this session's client for roots before: it may have cached them
+    /// (see [`super::roots_refresh`]).
+    pub roots_asked: bool,
+}
+
+impl Lease {
+    /// A session nobody has used yet.
+    pub fn fresh(session: LegacySession, inbound: mpsc::Receiver<Inbound>) -> Lease {
+        Lease {
+            session,
+            inbound,
+            roots_asked: false,
         }
     }
 }
 
 struct Idle {
     session: LegacySession,
+    roots_asked: bool,
     since: Instant,
     stop: CancellationToken,
     /// Watches the session while it is idle; hands the receiver back, with why the session
@@ -56,24 +81,14 @@ struct Idle {
     watcher: tokio::task::JoinHandle<(mpsc::Receiver<Inbound>, Option<&'static str>)>,
 }
 
-/// Session-wide notifications that listen streams care about.
-fn is_relayed(method: &str) -> bool {
-    matches!(
-        method,
-        "notifications/tools/list_changed"
-            | "notifications/prompts/list_changed"
-            | "notifications/resources/list_changed"
-            | "notifications/resources/updated"
-    )
-}
-
-/// Reads an idle session's messages: relays session-wide notifications (a change made by the
-/// call that just finished often arrives after its response), ignores late leftovers of that
-/// call, and stops at the first sign the session cannot be reused.
+/// Reads an idle session's messages: relays session-wide notifications to the listen streams
+/// of the caller the session works for (a change made by the call that just finished often
+/// arrives after its response), ignores late leftovers of that call, and stops at the first
+/// sign the session cannot be reused.
 async fn watch(
     mut inbound: mpsc::Receiver<Inbound>,
     stop: CancellationToken,
-    relay: Option<broadcast::Sender<Value>>,
+    relay: Option<(Arc<NotificationRelay>, CallerScope)>,
 ) -> (mpsc::Receiver<Inbound>, Option<&'static str>) {
     loop {
         let item = tokio::select! {
@@ -90,10 +105,10 @@ async fn watch(
                         .get("method")
                         .and_then(Value::as_str)
                         .unwrap_or_default();
-                    if is_relayed(method)
-                        && let Some(r) = &relay
+                    if is_session_wide(method)
+                        && let Some((relay, scope)) = &relay
                     {
-                        let _ = r.send(msg);
+                        relay.publish(scope, &msg);
                     }
                 }
                 _ => {}
@@ -117,8 +132,11 @@ pub struct PoolMetrics {
 pub struct SessionPool {
     idle: Mutex<HashMap<PoolKey, Vec<Idle>>>,
     metrics: PoolMetrics,
-    /// Where idle sessions' session-wide notifications go (this replica's listen streams).
-    relay: Option<broadcast::Sender<Value>>,
+    /// Where idle sessions' session-wide notifications go (this replica's listen streams of
+    /// the session's caller).
+    relay: Option<Arc<NotificationRelay>>,
+    /// How this upstream answers `notifications/roots/list_changed` on reused sessions.
+    roots_memory: RootsRefreshMemory,
     /// `pool.idle_timeout` in milliseconds, for the sweeper (updated on reload).
     idle_timeout_ms: std::sync::atomic::AtomicU64,
 }
@@ -127,14 +145,20 @@ impl SessionPool {
     pub fn new(
         metrics: PoolMetrics,
         idle_timeout: Duration,
-        relay: Option<broadcast::Sender<Value>>,
+        relay: Option<Arc<NotificationRelay>>,
     ) -> SessionPool {
         SessionPool {
             idle: Mutex::new(HashMap::new()),
             metrics,
             relay,
+            roots_memory: RootsRefreshMemory::default(),
             idle_timeout_ms: std::sync::atomic::AtomicU64::new(idle_timeout.as_millis() as u64),
         }
+    }
+
+    /// What the gateway learned about roots refreshes on this upstream (reset on reload).
+    pub fn roots_memory(&self) -> &RootsRefreshMemory {
+        &self.roots_memory
     }
 
     pub fn set_idle_timeout(&self, d: Duration) {
@@ -175,11 +199,7 @@ impl SessionPool {
     }
 
     /// A warm session for `key`, if one is idle and still usable.
-    pub async fn checkout(
-        &self,
-        key: &PoolKey,
-        cfg: &PoolConfig,
-    ) -> Option<(LegacySession, mpsc::Receiver<Inbound>)> {
+    pub async fn checkout(&self, key: &PoolKey, cfg: &PoolConfig) -> Option<Lease> {
         if cfg.mode == PoolMode::PerCall {
             return None;
         }
@@ -216,7 +236,11 @@ impl SessionPool {
             match reason {
                 None => {
                     self.metrics.checkouts.with_label_values(&["hit"]).inc();
-                    return Some((idle.session, inbound));
+                    return Some(Lease {
+                        session: idle.session,
+                        inbound,
+                        roots_asked: idle.roots_asked,
+                    });
                 }
                 Some(r) => {
                     self.metrics.discards.with_label_values(&[r]).inc();
@@ -227,13 +251,12 @@ impl SessionPool {
     }
 
     /// Returns a session after a clean completion, or closes it when pooling is off or full.
-    pub async fn checkin(
-        &self,
-        key: PoolKey,
-        session: LegacySession,
-        inbound: mpsc::Receiver<Inbound>,
-        cfg: &PoolConfig,
-    ) {
+    pub async fn checkin(&self, key: PoolKey, lease: Lease, cfg: &PoolConfig) {
+        let Lease {
+            session,
+            inbound,
+            roots_asked,
+        } = lease;
         let refused = if cfg.mode == PoolMode::PerCall {
             None
         } else if !session.is_healthy() {
@@ -246,9 +269,11 @@ impl SessionPool {
                 Some("pool_full")
             } else {
                 let stop = CancellationToken::new();
-                let watcher = tokio::spawn(watch(inbound, stop.clone(), self.relay.clone()));
+                let relay = self.relay.clone().map(|r| (r, key.scope.clone()));
+                let watcher = tokio::spawn(watch(inbound, stop.clone(), relay));
                 map.entry(key).or_default().push(Idle {
                     session,
+                    roots_asked,
                     since: Instant::now(),
                     stop,
                     watcher,

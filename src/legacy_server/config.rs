@@ -55,6 +55,17 @@ impl Default for ServerInfo {
     }
 }
 
+/// One bearer credential the server accepts, and what `initialize` answers whoever presents
+/// it (`None`: the server-wide `instructions` / `capabilities`). Tests use it for a server whose
+/// view depends on the caller's token.
+#[derive(Clone, Debug, Default)]
+pub struct CredentialView {
+    /// The whole `Authorization` header value, e.g. `"Bearer alice-token"`.
+    pub authorization: String,
+    pub instructions: Option<String>,
+    pub capabilities: Option<Value>,
+}
+
 /// Everything that shapes the server's wire behaviour. Build it with
 /// struct-update syntax: `LegacyServerConfig { json_response: true, ..Default::default() }`.
 #[derive(Clone, Debug)]
@@ -104,6 +115,14 @@ pub struct LegacyServerConfig {
     /// Events kept per session for `Last-Event-ID` replay (only streams
     /// whose events carry ids are logged).
     pub event_log_limit: usize,
+    /// Credentials the server knows (empty: none). With any listed, every request must carry
+    /// one of them as `Authorization` (else 401 with `WWW-Authenticate: Bearer`), unless
+    /// `credentials_optional`, and a session answers only the credential that opened it
+    /// (another gets 403).
+    pub credentials: Vec<CredentialView>,
+    /// Serve a request carrying none of `credentials` with the server-wide view instead of
+    /// refusing it.
+    pub credentials_optional: bool,
 }
 
 impl Default for LegacyServerConfig {
@@ -131,6 +150,8 @@ impl Default for LegacyServerConfig {
             record_messages: true,
             max_body_bytes: 4 * 1024 * 1024,
             event_log_limit: 1024,
+            credentials: Vec::new(),
+            credentials_optional: false,
         }
     }
 }

@@ -74,7 +74,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use config::{
-    DEFAULT_PROTOCOL_VERSIONS, LegacyServerConfig, ServerInfo, ServerRequestIds, SseFraming,
+    CredentialView, DEFAULT_PROTOCOL_VERSIONS, LegacyServerConfig, ServerInfo, ServerRequestIds,
+    SseFraming,
 };
 pub use context::ToolContext;
 pub use demo::demo_handlers;

@@ -22,8 +22,8 @@ use super::session::{Session, mint_session_id};
 use super::sse_writer::{Body, OutboundStream, StreamKind, StreamOptions, encode_event};
 use super::stats::{MessageKind, ReceivedMessage};
 use super::transport::{
-    SESSION_HEADER, VERSION_HEADER, accepted, accepts, error_reply, header, is_json_content,
-    json_reply, resolve_session, sse_reply,
+    SESSION_HEADER, VERSION_HEADER, accepted, accepts, credential_of, error_reply, header,
+    is_json_content, json_reply, resolve_session, sse_reply,
 };
 
 /// The only protocol version that allows JSON-RPC batches.
@@ -125,7 +125,7 @@ async fn post_single(shared: &Arc<Shared>, headers: &HeaderMap, value: Value) ->
     if let Message::Request { id, method, params } = &message
         && method == "initialize"
     {
-        return initialize(shared, id, params);
+        return initialize(shared, headers, id, params);
     }
     if let Message::Request { method, .. } = &message
         && shared.faults.take_expire_before(method)
@@ -173,7 +173,12 @@ fn on_response(shared: &Shared, session: &Session, id: &Value, outcome: Result<V
     }
 }
 
-fn initialize(shared: &Arc<Shared>, id: &Value, params: &Value) -> Response<Body> {
+fn initialize(
+    shared: &Arc<Shared>,
+    headers: &HeaderMap,
+    id: &Value,
+    params: &Value,
+) -> Response<Body> {
     if let Some(status) = shared.faults.initialize_status() {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         return error_reply(
@@ -184,22 +189,26 @@ fn initialize(shared: &Arc<Shared>, id: &Value, params: &Value) -> Response<Body
     }
     let config = &shared.config;
     let version = config.negotiate(params.get("protocolVersion").and_then(Value::as_str));
+    // The front door already refused a request without a listed credential.
+    let credential = credential_of(config, headers).ok().flatten();
     let session_id = (!config.stateless).then(mint_session_id);
-    let session = Arc::new(Session::new(
+    let mut session = Session::new(
         session_id,
         version.clone(),
         params.get("capabilities").cloned().unwrap_or(json!({})),
         params.get("clientInfo").cloned().unwrap_or(json!({})),
         config.server_request_ids,
         &shared.shutdown,
-    ));
+    );
+    session.authorization = credential.map(|c| c.authorization.clone());
+    let session = Arc::new(session);
     if !config.stateless {
         shared.sessions.insert(session.clone());
         shared.stats.record_session_opened();
     }
-    let capabilities = config
-        .capabilities
-        .clone()
+    let capabilities = credential
+        .and_then(|c| c.capabilities.clone())
+        .or_else(|| config.capabilities.clone())
         .unwrap_or_else(|| shared.handlers().derived_capabilities());
     let mut result = json!({
         "protocolVersion": version,
@@ -209,7 +218,10 @@ fn initialize(shared: &Arc<Shared>, id: &Value, params: &Value) -> Response<Body
             "version": config.server_info.version,
         },
     });
-    if let Some(instructions) = &config.instructions {
+    if let Some(instructions) = credential
+        .and_then(|c| c.instructions.as_ref())
+        .or(config.instructions.as_ref())
+    {
         result["instructions"] = json!(instructions);
     }
     let message = response(id, &Ok(result));

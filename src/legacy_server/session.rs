@@ -58,6 +58,8 @@ pub struct SessionInfo {
     pub subscriptions: Vec<String>,
     /// A client is connected to the standalone GET stream.
     pub get_stream_open: bool,
+    /// The `Authorization` the session was opened with (when the server requires one).
+    pub authorization: Option<String>,
 }
 
 pub(crate) struct Session {
@@ -66,6 +68,8 @@ pub(crate) struct Session {
     pub(crate) protocol_version: String,
     pub(crate) client_capabilities: Value,
     pub(crate) client_info: Value,
+    /// The credential that opened the session (`LegacyServerConfig::credentials`).
+    pub(crate) authorization: Option<String>,
     pub(crate) token: CancellationToken,
     initialized: AtomicBool,
     log_level: AtomicU8,
@@ -116,6 +120,7 @@ impl Session {
             protocol_version,
             client_capabilities,
             client_info,
+            authorization: None,
             token: parent.child_token(),
             initialized: AtomicBool::new(false),
             log_level: AtomicU8::new(NO_LEVEL),
@@ -184,6 +189,7 @@ impl Session {
             log_level: LOG_LEVELS.get(usize::from(level)).map(|l| (*l).to_owned()),
             subscriptions,
             get_stream_open: self.live_get_stream().is_some(),
+            authorization: self.authorization.clone(),
         }
     }
 

@@ -6,12 +6,16 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use http::header::{ACCEPT, ALLOW, CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::header::{
+    ACCEPT, ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderValue,
+    WWW_AUTHENTICATE,
+};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 
 use super::Shared;
+use super::config::{CredentialView, LegacyServerConfig};
 use super::get_stream::get;
 use super::jsonrpc::{RpcError, error_response};
 use super::post::post;
@@ -28,6 +32,8 @@ pub(crate) async fn serve(
 ) -> Result<Response<Body>, Infallible> {
     let reply = if req.uri().path() != shared.config.path {
         status_reply(StatusCode::NOT_FOUND)
+    } else if let Err(refusal) = credential_of(&shared.config, req.headers()) {
+        refusal.reply()
     } else {
         match *req.method() {
             Method::POST => post(&shared, req).await,
@@ -142,6 +148,7 @@ pub(crate) struct Refusal {
     status: StatusCode,
     code: i64,
     message: String,
+    bearer_challenge: bool,
 }
 
 impl Refusal {
@@ -150,12 +157,47 @@ impl Refusal {
             status,
             code,
             message: message.into(),
+            bearer_challenge: false,
         }
     }
 
-    pub(crate) fn reply(self) -> Response<Body> {
-        error_reply(self.status, self.code, self.message)
+    fn with_bearer_challenge(mut self) -> Self {
+        self.bearer_challenge = true;
+        self
     }
+
+    pub(crate) fn reply(self) -> Response<Body> {
+        let mut r = error_reply(self.status, self.code, self.message);
+        if self.bearer_challenge {
+            r.headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        r
+    }
+}
+
+/// The configured credential a request presents: `Ok(None)` when it presents none and the
+/// server requires none, a 401 refusal when the server requires one and it has none of them.
+pub(crate) fn credential_of<'a>(
+    config: &'a LegacyServerConfig,
+    headers: &HeaderMap,
+) -> Result<Option<&'a CredentialView>, Refusal> {
+    let presented = header(headers, AUTHORIZATION.as_str());
+    let known = config
+        .credentials
+        .iter()
+        .find(|c| Some(c.authorization.as_str()) == presented);
+    if config.credentials.is_empty() || config.credentials_optional {
+        return Ok(known);
+    }
+    known.map(Some).ok_or_else(|| {
+        Refusal::new(
+            StatusCode::UNAUTHORIZED,
+            RpcError::INVALID_REQUEST,
+            "Unauthorized: a valid bearer token is required",
+        )
+        .with_bearer_challenge()
+    })
 }
 
 /// The session a request belongs to, or the HTTP reply refusing it. In
@@ -198,6 +240,15 @@ pub(crate) fn resolve_session(
             "Session not found",
         ));
     };
+    if session.authorization.is_some()
+        && session.authorization.as_deref() != header(headers, AUTHORIZATION.as_str())
+    {
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            RpcError::INVALID_REQUEST,
+            "Forbidden: this session belongs to another credential",
+        ));
+    }
     if let Some(v) = version
         && v != session.protocol_version
     {

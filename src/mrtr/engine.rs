@@ -30,10 +30,10 @@ use super::at_most_once::{self, Claimed};
 use super::input_key::KeyMinter;
 use super::origin;
 use super::parking::{ParkLimits, Refused};
-use super::run::{Captured, Mode, Question, Run};
+use super::run::{Captured, Mode, Question, Run, Start};
 use super::state_size;
 use super::url_required;
-use crate::config::ParkPolicy;
+use crate::config::{CacheHint, ParkPolicy};
 use crate::error::{Fault, Rejection};
 use crate::gateway::Gateway;
 use crate::jsonrpc::codes;
@@ -196,33 +196,6 @@ async fn execute(
         }
         _ => None,
     };
-    let (mut run, waiting, minter) = match resumed {
-        Some(r) => {
-            gw.metrics.retries.with_label_values(&["parked"]).inc();
-            Run::resumed(gw, r)
-        }
-        None => {
-            if park_ref.is_some() && policy == ParkPolicy::ParkOnly {
-                return Err(park_only_lost(call));
-            }
-            if prior.is_some() {
-                gw.metrics.retries.with_label_values(&["replayed"]).inc();
-            }
-            let run = Run::start(gw, call, &declared).await.map_err(|e| {
-                *may_have_run = e.call_sent;
-                e.rejection
-            })?;
-            (run, Vec::new(), KeyMinter::new())
-        }
-    };
-    *may_have_run = true;
-    let waiting = match run.answer_waiting(waiting, &mut book).await {
-        Ok(w) => w,
-        Err(rej) => {
-            run.abandon(rej.reason).await;
-            return Err(rej);
-        }
-    };
     let prior_shapes: HashMap<String, String> = prior
         .as_ref()
         .map(|p| {
@@ -232,11 +205,65 @@ async fn execute(
                 .collect()
         })
         .unwrap_or_default();
+    let (resumed, waiting, minter) = match resumed {
+        Some(r) => {
+            gw.metrics.retries.with_label_values(&["parked"]).inc();
+            let (run, waiting, minter) = Run::resumed(gw, r);
+            (Some(run), waiting, minter)
+        }
+        None => {
+            if park_ref.is_some() && policy == ParkPolicy::ParkOnly {
+                return Err(park_only_lost(call));
+            }
+            if prior.is_some() {
+                gw.metrics.retries.with_label_values(&["replayed"]).inc();
+            }
+            (None, Vec::new(), KeyMinter::new())
+        }
+    };
     let mut mode = Mode::Mrtr {
         book: &mut book,
         declared: &declared,
         minter,
         prior_shapes,
+    };
+    let mut run = match resumed {
+        Some(run) => run,
+        None => match Run::start(gw, call, &declared, &mut mode).await {
+            Ok(Start::Sent(run)) => *run,
+            Ok(Start::Asked {
+                question,
+                server_info,
+            }) => {
+                // The reused session's server wants this client's roots before the call can
+                // go out: that is the whole round. Nothing ran, nothing is parked.
+                drop(mode);
+                let round = Round {
+                    asked: asked(std::slice::from_ref(&question)),
+                    parked: None,
+                };
+                return input_round(gw, call, prior.as_ref(), &book, origin, now, round)
+                    .await
+                    .map(|(requests, token)| {
+                        translate::input_required(requests, token, &server_info)
+                    });
+            }
+            Err(e) => {
+                *may_have_run = e.call_sent;
+                return Err(e.rejection);
+            }
+        },
+    };
+    *may_have_run = true;
+    let Mode::Mrtr { book: answers, .. } = &mut mode else {
+        unreachable!("the mode stays MRTR")
+    };
+    let waiting = match run.answer_waiting(waiting, answers).await {
+        Ok(w) => w,
+        Err(rej) => {
+            run.abandon(rej.reason).await;
+            return Err(rej);
+        }
     };
     let captured = run
         .capture(
@@ -283,7 +310,7 @@ async fn execute(
                 if is_retry {
                     translate::NO_CACHE
                 } else {
-                    cfg.caching.read
+                    caller_hint(gw, cfg.caching.read)
                 }
             });
             return final_result(gw, msg, call, &server_info, hint);
@@ -291,39 +318,14 @@ async fn execute(
         Ok(Captured::NeedInput(questions)) => (questions, true),
     };
 
-    let round = prior.as_ref().map_or(0, |p| p.rnd) + 1;
-    if round > cfg.state.max_rounds {
+    let round_no = prior.as_ref().map_or(0, |p| p.rnd) + 1;
+    if round_no > cfg.state.max_rounds {
         run.abandon("max_rounds").await;
-        gw.metrics
-            .max_rounds_exceeded
-            .with_label_values(&[method_label(&call.method)])
-            .inc();
-        return Err(Rejection::upstream(
-            format!(
-                "{} asked for input in more than {} rounds (state.max_rounds); the legacy server does not converge, often because its questions change on every execution",
-                call.describe(),
-                cfg.state.max_rounds
-            ),
-            "max_rounds",
-        ));
-    }
-    let mut payload = gw.codec.fresh_payload(&call.principal, origin, now);
-    payload.rnd = round;
-    payload.ans = book.carry();
-    let mut input_requests = Map::new();
-    for q in &questions {
-        payload.pnd.insert(
-            q.key.clone(),
-            Pending {
-                kind: q.kind,
-                elicitation_id: q.elicitation_id.clone(),
-                shape: Some(q.shape.clone()),
-            },
-        );
-        input_requests.insert(q.key.clone(), q.request.clone());
+        return Err(max_rounds(gw, call, cfg.state.max_rounds));
     }
 
     // Park the blocked call when the policy and the lot allow; otherwise cancel it.
+    let asked = asked(&questions);
     let parked = if !parkable {
         // The call already ended (-32042): its session is clean and reusable.
         run.finish().await;
@@ -369,10 +371,74 @@ async fn execute(
         }
     } else {
         run.abandon("the client must answer questions first").await;
-        drop::<Vec<Question>>(questions);
         None
     };
-    payload.park = parked.clone().map(|handle| ParkRef {
+    let round = Round { asked, parked };
+    let (requests, token) =
+        input_round(gw, call, prior.as_ref(), &book, origin, now, round).await?;
+    Ok(translate::input_required(requests, token, &server_info))
+}
+
+/// The questions of one `input_required` round, and where the blocked call waits, if it does.
+struct Round {
+    /// Key, what the state remembers of the question, and the `inputRequests` entry.
+    asked: Vec<(String, Pending, Value)>,
+    /// The parking handle of the blocked legacy call.
+    parked: Option<String>,
+}
+
+fn asked(questions: &[Question]) -> Vec<(String, Pending, Value)> {
+    questions
+        .iter()
+        .map(|q| {
+            let pending = Pending {
+                kind: q.kind,
+                elicitation_id: q.elicitation_id.clone(),
+                shape: Some(q.shape.clone()),
+            };
+            (q.key.clone(), pending, q.request.clone())
+        })
+        .collect()
+}
+
+fn max_rounds(gw: &Gateway, call: &Call, limit: u32) -> Rejection {
+    gw.metrics
+        .max_rounds_exceeded
+        .with_label_values(&[method_label(&call.method)])
+        .inc();
+    Rejection::upstream(
+        format!(
+            "{} asked for input in more than {limit} rounds (state.max_rounds); the legacy server does not converge, often because its questions change on every execution",
+            call.describe(),
+        ),
+        "max_rounds",
+    )
+}
+
+/// Seals the round's state and builds its `inputRequests`; returns them with the token.
+async fn input_round(
+    gw: &Gateway,
+    call: &Call,
+    prior: Option<&StatePayload>,
+    book: &AnswerBook,
+    origin: &str,
+    now: u64,
+    round: Round,
+) -> Result<(Map<String, Value>, String), Rejection> {
+    let cfg = gw.config();
+    let round_no = prior.map_or(0, |p| p.rnd) + 1;
+    if round_no > cfg.state.max_rounds {
+        return Err(max_rounds(gw, call, cfg.state.max_rounds));
+    }
+    let mut payload = gw.codec.fresh_payload(&call.principal, origin, now);
+    payload.rnd = round_no;
+    payload.ans = book.carry();
+    let mut input_requests = Map::new();
+    for (key, pending, request) in round.asked {
+        payload.pnd.insert(key.clone(), pending);
+        input_requests.insert(key, request);
+    }
+    payload.park = round.parked.clone().map(|handle| ParkRef {
         instance: gw.instance_id.clone(),
         handle,
     });
@@ -380,7 +446,7 @@ async fn execute(
     let (token, kid) = match gw.codec.seal(&payload) {
         Ok(t) => t,
         Err(e) => {
-            if let Some(handle) = parked
+            if let Some(handle) = round.parked
                 && let Some(r) = gw.parking.take(&handle, &call.principal).await
             {
                 let _ = r
@@ -408,11 +474,7 @@ async fn execute(
         .input_required
         .with_label_values(&[method_label(&call.method)])
         .inc();
-    Ok(translate::input_required(
-        input_requests,
-        token,
-        &server_info,
-    ))
+    Ok((input_requests, token))
 }
 
 /// Serves a method that is forwarded as is (lists, completion).
@@ -424,10 +486,15 @@ pub async fn serve_forward(
 ) -> Result<Value, Rejection> {
     let started = Instant::now();
     let cfg = gw.config();
-    // Declare nothing: a well-behaved legacy server then asks nothing.
-    let mut run = Run::start(gw, call, &Declared::default())
-        .await
-        .map_err(|e| e.rejection)?;
+    // A session declaring what this request declares, so the server shows this client what
+    // it shows a legacy client declaring the same (servers register tools per capability);
+    // any server request during a list is still refused (Forward mode).
+    let declared = Declared::from_modern(&call.meta.client_capabilities);
+    let mut run = match Run::start(gw, call, &declared, &mut Mode::Forward).await {
+        Ok(Start::Sent(run)) => *run,
+        Ok(Start::Asked { .. }) => unreachable!("forward mode refreshes no roots"),
+        Err(e) => return Err(e.rejection),
+    };
     let captured = run
         .capture(
             call,
@@ -446,8 +513,8 @@ pub async fn serve_forward(
     match captured {
         Ok(Captured::Final(msg)) => {
             run.finish().await;
-            let hint =
-                crate::protocol::methods::is_cacheable(&call.method).then_some(cfg.caching.list);
+            let hint = crate::protocol::methods::is_cacheable(&call.method)
+                .then(|| caller_hint(gw, cfg.caching.list));
             final_result(gw, msg, call, &server_info, hint)
         }
         Ok(Captured::NeedInput(_)) => unreachable!("forward mode collects no questions"),
@@ -456,6 +523,13 @@ pub async fn serve_forward(
             Err(rej)
         }
     }
+}
+
+/// `hint`, made private when what the legacy server answers depends on the caller (see
+/// [`crate::auth::Authenticator::answers_depend_on_caller`]): a shared cache must not hand one
+/// caller's answer to another.
+pub fn caller_hint(gw: &Gateway, hint: CacheHint) -> CacheHint {
+    translate::scoped_hint(hint, gw.auth().answers_depend_on_caller())
 }
 
 fn final_result(

@@ -40,6 +40,8 @@ pub struct ParkedCall {
     pub what: String,
     /// Where the session goes after the resumed call completes cleanly.
     pub pool_key: crate::legacy::pool::PoolKey,
+    /// The server has asked this session for roots (see `legacy::roots_refresh`).
+    pub roots_asked: bool,
 }
 
 /// A call taken back out of the lot, with everything that arrived while it was parked.

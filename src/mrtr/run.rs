@@ -20,16 +20,19 @@ use super::input_key::KeyMinter;
 use super::input_request::{kind_of, missing_capability, to_input_request};
 use super::parking::{ParkedCall, Resumed};
 use super::shape::shape;
+use crate::caller_scope::CallerScope;
 use crate::error::{Fault, Rejection};
 use crate::gateway::{Gateway, session_rejection};
 use crate::jsonrpc::{self, ErrorObject, MessageKind, codes};
 use crate::legacy::capabilities::Declared;
 use crate::legacy::http::HttpError;
-use crate::legacy::pool::PoolKey;
+use crate::legacy::pool::{Lease, PoolKey};
+use crate::legacy::roots_refresh::{self, Observed};
 use crate::legacy::session::{Inbound, LegacySession, SessionError, StreamTag};
 use crate::metrics::method_label;
 use crate::policy::Stage;
 use crate::protocol::meta::{RequestMeta, log_level_rank};
+use crate::protocol::methods::required_server_capability;
 use crate::state::InputKind;
 
 /// One modern request, as the engine needs it.
@@ -47,6 +50,11 @@ pub struct Call {
 }
 
 impl Call {
+    /// Whom the legacy sessions of this call work for.
+    pub fn scope(&self) -> CallerScope {
+        CallerScope::new(self.principal.clone(), self.credential.clone())
+    }
+
     /// The tool or prompt name, or the resource URI.
     pub fn target(&self) -> Option<&str> {
         let member = match self.method.as_str() {
@@ -171,11 +179,35 @@ impl Gather {
     }
 }
 
+/// How a run began.
+pub enum Start<'g> {
+    /// The call is on its way.
+    Sent(Box<Run<'g>>),
+    /// Before the call went out, the reused session's server asked for roots that this
+    /// request's client must give (see [`crate::legacy::roots_refresh`]): that is the round's
+    /// question. The call was never sent and the session is closed, so nothing is parked.
+    Asked {
+        question: Question,
+        /// The identity of the server that asked.
+        server_info: Value,
+    },
+}
+
+/// The call id of a run whose call has not been sent yet.
+const NO_CALL: i64 = i64::MIN;
+
 /// Why a run could not start.
 pub struct StartError {
     pub rejection: Rejection,
     /// Whether the call may have reached the legacy server (then it may have run).
     pub call_sent: bool,
+}
+
+/// Why the roots refresh before a call failed.
+enum Refresh {
+    Session(SessionError),
+    /// The server's `roots/list` could not be answered (a bad answer in the book).
+    Refused(Rejection),
 }
 
 /// A legacy session with the modern request's call in flight.
@@ -187,6 +219,8 @@ pub struct Run<'g> {
     inbound: mpsc::Receiver<Inbound>,
     call_id: i64,
     backlog: std::collections::VecDeque<Inbound>,
+    /// The server has asked this session for roots (it may have cached them).
+    roots_asked: bool,
 }
 
 /// The call's params as the legacy server should see them: no MRTR members, and of `_meta`
@@ -233,57 +267,103 @@ fn client_gone() -> Rejection {
 }
 
 impl<'g> Run<'g> {
-    /// Opens a session declaring `declared` and sends the call (one fresh session if the
-    /// server forgot the first before the call arrived). On failure, says whether the call
-    /// may have reached the legacy server.
+    /// Takes a session declaring `declared` (a warm one, or a new one), checks that its server
+    /// offers the method, makes a reused session ask for this client's roots when it may hold
+    /// an earlier client's (MRTR methods only; the server's `roots/list` is handled as `mode`
+    /// handles any server request), and sends the call — on one fresh session if the server
+    /// forgot the first before the call arrived. On failure, says whether the call may have
+    /// reached the legacy server.
     pub async fn start(
         gw: &'g Gateway,
         call: &Call,
         declared: &Declared,
-    ) -> Result<Run<'g>, StartError> {
+        mode: &mut Mode<'_>,
+    ) -> Result<Start<'g>, StartError> {
         let params = legacy_params(&call.params);
-        let pool_key = PoolKey::new(&call.principal, declared, call.credential.clone());
+        let pool_key = PoolKey::new(&call.scope(), declared);
+        let not_sent = |rejection| StartError {
+            rejection,
+            call_sent: false,
+        };
         for attempt in 0..2 {
             // A warm session first; after a 404, always a fresh one.
-            let opened = if attempt == 0 {
+            let lease = if attempt == 0 {
                 gw.checkout_session(&pool_key, declared, call.upstream_headers.clone())
                     .await
             } else {
                 gw.open_session(declared, call.upstream_headers.clone())
                     .await
+                    .map(|(session, inbound)| Lease::fresh(session, inbound))
+            }
+            .map_err(not_sent)?;
+            let mut run = Run {
+                gw,
+                pool_key: pool_key.clone(),
+                roots_asked: lease.roots_asked,
+                session: Some(lease.session),
+                inbound: lease.inbound,
+                call_id: NO_CALL,
+                backlog: Default::default(),
             };
-            let (mut session, inbound) = opened.map_err(|rejection| StartError {
-                rejection,
-                call_sent: false,
-            })?;
-            if let Some(level) = &call.meta.log_level
-                && session
+            // Routing: the method must be offered by the session that would serve it — this
+            // caller's own — not by whatever another caller's session once answered.
+            if let Some(cap) = required_server_capability(&call.method)
+                && run
                     .init_result()
-                    .pointer("/capabilities/logging")
-                    .is_some()
+                    .pointer(&format!("/capabilities/{cap}"))
+                    .is_none()
+            {
+                run.finish().await;
+                return Err(not_sent(Rejection::method_not_found(&call.method)));
+            }
+            if let Some(level) = &call.meta.log_level
+                && run.init_result().pointer("/capabilities/logging").is_some()
             {
                 // Per-call session: a session-wide level is this request's level.
-                let _ = session
+                let _ = run
+                    .session_mut()
                     .request("logging/setLevel", Some(json!({"level": level})))
                     .await;
             }
-            match session.request(&call.method, Some(params.clone())).await {
-                Ok(call_id) => {
-                    return Ok(Run {
-                        gw,
-                        pool_key,
-                        session: Some(session),
-                        inbound,
-                        call_id,
-                        backlog: Default::default(),
+            match run.refresh_roots(call, declared, mode).await {
+                Ok(None) => {}
+                Ok(Some(question)) => {
+                    let server_info = crate::translate::server_info(Some(run.init_result()));
+                    run.close().await;
+                    return Ok(Start::Asked {
+                        question,
+                        server_info,
                     });
+                }
+                Err(Refresh::Session(SessionError::Expired)) if attempt == 0 => {
+                    tracing::info!("legacy session expired before the call; re-initializing once");
+                    run.discard_expired();
+                    continue;
+                }
+                Err(Refresh::Session(e)) => {
+                    run.close().await;
+                    return Err(not_sent(session_rejection(&e)));
+                }
+                Err(Refresh::Refused(rejection)) => {
+                    run.close().await;
+                    return Err(not_sent(rejection));
+                }
+            }
+            match run
+                .session_mut()
+                .request(&call.method, Some(params.clone()))
+                .await
+            {
+                Ok(call_id) => {
+                    run.call_id = call_id;
+                    return Ok(Start::Sent(Box::new(run)));
                 }
                 Err(SessionError::Expired) if attempt == 0 => {
                     tracing::info!("legacy session expired before the call; re-initializing once");
-                    session.discard_expired();
+                    run.discard_expired();
                 }
                 Err(e) => {
-                    session.close().await;
+                    run.close().await;
                     // A refused connection never carried the call; anything later might have.
                     let call_sent = !matches!(
                         e,
@@ -296,13 +376,63 @@ impl<'g> Run<'g> {
                 }
             }
         }
-        Err(StartError {
-            rejection: Rejection::upstream(
-                "the legacy server expired two fresh sessions in a row",
-                "upstream_session_expired",
-            ),
-            call_sent: false,
-        })
+        Err(not_sent(Rejection::upstream(
+            "the legacy server expired two fresh sessions in a row",
+            "upstream_session_expired",
+        )))
+    }
+
+    /// Before the call of an MRTR request declaring roots, on a reused session whose server
+    /// has asked an earlier client for roots: `notifications/roots/list_changed`, then (unless
+    /// this upstream was learned to ignore it) a bounded wait for the server's `roots/list`,
+    /// which is answered from the answers book or becomes this request's question.
+    async fn refresh_roots(
+        &mut self,
+        call: &Call,
+        declared: &Declared,
+        mode: &mut Mode<'_>,
+    ) -> Result<Option<Question>, Refresh> {
+        if !(self.roots_asked && declared.roots && matches!(mode, Mode::Mrtr { .. })) {
+            return Ok(None);
+        }
+        let cfg = self.gw.config();
+        let memory = self.gw.pool.roots_memory();
+        let probes = cfg.pool.roots_refresh_probes;
+        let wait = if memory.should_wait(probes) {
+            cfg.pool.roots_refresh_wait
+        } else {
+            std::time::Duration::ZERO
+        };
+        let session = self
+            .session
+            .as_ref()
+            .expect("session is open while the run lives");
+        let asked =
+            roots_refresh::notify_and_wait(session, &mut self.inbound, &mut self.backlog, wait)
+                .await
+                .map_err(Refresh::Session)?;
+        let counter = &self.gw.metrics.roots_refreshes;
+        let Some(msg) = asked else {
+            if wait.is_zero() {
+                counter.with_label_values(&["not_waited"]).inc();
+            } else {
+                counter.with_label_values(&["timeout"]).inc();
+                if memory.record(Observed::Timeout, probes) {
+                    tracing::info!(
+                        waits = probes,
+                        "the legacy server never asked for roots again after notifications/roots/list_changed; \
+                         no longer waiting for it on reused sessions (until the next reload). If it caches \
+                         roots per session, use pool.mode = \"per-call\""
+                    );
+                }
+            }
+            return Ok(None);
+        };
+        counter.with_label_values(&["reasked"]).inc();
+        memory.record(Observed::Reasked, probes);
+        self.on_server_request(call, &msg, mode)
+            .await
+            .map_err(Refresh::Refused)
     }
 
     /// A run rebuilt from a parked call; returns it with the questions the server is still
@@ -314,6 +444,7 @@ impl<'g> Run<'g> {
             waiting,
             minter,
             pool_key,
+            roots_asked,
             ..
         } = r.call;
         (
@@ -324,6 +455,7 @@ impl<'g> Run<'g> {
                 inbound: r.inbound,
                 call_id,
                 backlog: r.backlog.into(),
+                roots_asked,
             },
             waiting,
             minter,
@@ -334,6 +466,26 @@ impl<'g> Run<'g> {
         self.session
             .as_ref()
             .expect("session is open while the run lives")
+    }
+
+    fn session_mut(&mut self) -> &mut LegacySession {
+        self.session
+            .as_mut()
+            .expect("session is open while the run lives")
+    }
+
+    /// Ends a session on which no call was sent.
+    async fn close(&mut self) {
+        if let Some(s) = self.session.take() {
+            s.close().await;
+        }
+    }
+
+    /// Drops a session the server has already forgotten.
+    fn discard_expired(&mut self) {
+        if let Some(s) = self.session.take() {
+            s.discard_expired();
+        }
     }
 
     pub fn init_result(&self) -> &Value {
@@ -351,11 +503,14 @@ impl<'g> Run<'g> {
     /// After a clean completion: the session goes back to the pool (or is closed, per
     /// `pool.mode`).
     pub async fn finish(mut self) {
-        if let Some(s) = self.session.take() {
+        if let Some(session) = self.session.take() {
             let inbound = std::mem::replace(&mut self.inbound, mpsc::channel(1).1);
-            self.gw
-                .return_session(self.pool_key.clone(), s, inbound)
-                .await;
+            let lease = Lease {
+                session,
+                inbound,
+                roots_asked: self.roots_asked,
+            };
+            self.gw.return_session(self.pool_key.clone(), lease).await;
         }
     }
 
@@ -377,6 +532,7 @@ impl<'g> Run<'g> {
             minter,
             what,
             pool_key: self.pool_key.clone(),
+            roots_asked: self.roots_asked,
         };
         (call, self.inbound)
     }
@@ -470,7 +626,8 @@ impl<'g> Run<'g> {
                     match item {
                         Inbound::Message(_, msg) => match jsonrpc::classify(&msg) {
                             MessageKind::Request => {
-                                if msg.get("method").and_then(Value::as_str) == Some("roots/list") {
+                                if roots_refresh::is_roots_request(&msg) {
+                                    self.roots_asked = true;
                                     // Answered, refused or asked: the lagging one has come.
                                     gather.roots_arrived();
                                 }
@@ -653,12 +810,12 @@ impl<'g> Run<'g> {
                     return sink.send(msg).await;
                 }
             }
-            // Session-wide notifications are not this request's: they go to this replica's
-            // listen streams. notifications/elicitation/complete has no modern counterpart.
-            "notifications/tools/list_changed"
-            | "notifications/prompts/list_changed"
-            | "notifications/resources/list_changed"
-            | "notifications/resources/updated" => self.gw.long_lived.relay(&msg),
+            // Session-wide notifications are not this request's: they go to the listen streams
+            // of this caller on this replica. notifications/elicitation/complete has no modern
+            // counterpart.
+            m if crate::legacy::relay::is_session_wide(m) => {
+                self.gw.long_lived.relay(&call.scope(), &msg)
+            }
             _ => {}
         }
         true

@@ -36,6 +36,7 @@ pub const METRICS: &[&str] = &[
     "requests_reading_body",
     "legacy_get_streams",
     "accept_errors_total",
+    "roots_refreshes_total",
 ];
 
 /// The histograms, whose series also appear as `_bucket`, `_sum` and `_count`.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Legacy MCP client (mcp==1.30.0 ClientSession over streamable HTTP).
 
-Initializes, calls one tool (or gets one prompt / reads one resource) while
+Initializes, calls one tool (or gets one prompt / reads one resource / lists the tools) while
 answering elicitation / sampling / roots requests with the same deterministic
 answers as modern_client.py, and prints exactly one JSON object on stdout:
 
@@ -119,7 +119,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 init = await session.initialize()
                 out["protocolVersion"] = init.protocolVersion
                 out["serverCapabilities"] = dump(init.capabilities)
-                if args.prompt:
+                if args.list_tools:
+                    result = await session.list_tools()
+                elif args.prompt:
                     result = await session.get_prompt(args.prompt, arguments)
                 elif args.resource:
                     result = await session.read_resource(args.resource)
@@ -152,6 +154,7 @@ def main() -> int:
     target.add_argument("--tool", help="tool to call")
     target.add_argument("--prompt", help="prompt to get instead of calling a tool")
     target.add_argument("--resource", help="resource URI to read instead of calling a tool")
+    target.add_argument("--list-tools", action="store_true", help="list the tools instead of calling one")
     parser.add_argument("--args", default="{}", help="tool/prompt arguments as a JSON object")
     parser.add_argument("--tag", default="t", help="answer prefix for `first`/`second` fields")
     parser.add_argument("--decline", action="store_true", help="decline every elicitation")

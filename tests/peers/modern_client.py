@@ -120,9 +120,11 @@ async def sdk(awaitable):
 
 # --------------------------------------------------------------------- callbacks
 class Peer:
-    def __init__(self, tag: str, decline: bool) -> None:
+    def __init__(self, tag: str, decline: bool, roots: list[str] | None = None) -> None:
         self.tag = tag
         self.decline = decline
+        # The roots this client answers with: answers.ROOTS, or the URIs given with --roots.
+        self.root_list = answers.ROOTS if roots is None else [{"uri": u, "name": u.rsplit("/", 1)[-1]} for u in roots]
         self.calls = {"elicitation": 0, "sampling": 0, "roots": 0}
         self.progress: list[dict[str, Any]] = []
         self.logs: list[dict[str, Any]] = []
@@ -155,7 +157,7 @@ class Peer:
 
     async def roots(self, context: ClientRequestContext):
         self.calls["roots"] += 1
-        return types.ListRootsResult(roots=[types.Root(uri=r["uri"], name=r["name"]) for r in answers.ROOTS])
+        return types.ListRootsResult(roots=[types.Root(uri=r["uri"], name=r["name"]) for r in self.root_list])
 
     async def on_progress(self, progress: float, total: float | None, message: str | None) -> None:
         self.progress.append({"progress": progress, "total": total, "message": message})
@@ -426,7 +428,8 @@ async def run_scenario(args: argparse.Namespace, out: dict[str, Any]) -> None:
     if args.scenario == "call":
         target, arguments = args.tool, json.loads(args.args)
     declared = set() if args.scenario == "no_elicitation" else set(args.capabilities)
-    peer = Peer(args.tag, decline=args.scenario == "declined")
+    roots = [u.strip() for u in args.roots.split(",") if u.strip()] if args.roots else None
+    peer = Peer(args.tag, decline=args.scenario == "declined", roots=roots)
     wire = Wire(bodies=args.raw)
     out["declaredCapabilities"] = sorted(declared)
     body_done = False
@@ -537,6 +540,7 @@ def main() -> int:
     parser.add_argument("--tool", help="tool name for --scenario call")
     parser.add_argument("--args", default="{}", help="JSON arguments for --scenario call")
     parser.add_argument("--log-level", help="stamp io.modelcontextprotocol/logLevel on requests")
+    parser.add_argument("--roots", help="comma list of root URIs to answer roots/list with (default: answers.ROOTS)")
     parser.add_argument("--wire", action="store_true", help="include captured HTTP requests in the output")
     parser.add_argument("--timeout", type=float, default=30.0, help="per-request and whole-scenario limit (s)")
     parser.add_argument("--verbose", action="store_true")

@@ -228,3 +228,72 @@ pub async fn legacy_client(url: &str, extra: &[&str]) -> Value {
     );
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("bad report ({e}): {stdout}"))
 }
+
+/// The TypeScript reference server `@modelcontextprotocol/server-everything` (legacy SDK 1.x,
+/// protocol 2025-11-25) over Streamable HTTP, pinned in `tests/peers/ts/package-lock.json` and
+/// installed into `.peers/ts` by `tests/peers/setup.sh`. It listens on a free loopback port
+/// (`tests/peers/ts/loopback.mjs` sees to that) and is killed when dropped.
+///
+/// What the tests rely on: it registers `get-roots-list`, `trigger-elicitation-request` and
+/// `trigger-sampling-request` only on sessions whose `initialize` declared roots, elicitation
+/// and sampling; it caches the client's roots per session and asks again when the client
+/// sends `notifications/roots/list_changed`.
+pub struct EverythingServer {
+    pub child: Child,
+    pub port: u16,
+    _drain: tokio::task::JoinHandle<()>,
+}
+
+pub fn everything_entry() -> PathBuf {
+    let entry =
+        peers_dir().join("ts/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        entry.exists(),
+        "the TypeScript peer is not installed at {}: run scripts/test.sh (or tests/peers/setup.sh)",
+        entry.display()
+    );
+    entry
+}
+
+impl EverythingServer {
+    pub async fn start() -> EverythingServer {
+        let mut child = Command::new("node")
+            .arg("--import")
+            .arg(repo().join("tests/peers/ts/loopback.mjs"))
+            .arg(everything_entry())
+            .arg("streamableHttp")
+            .env("PORT", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node runs the everything server");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let port = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.expect("server stdout") {
+                if let Some(p) = line.strip_prefix("LISTENING ") {
+                    return p.trim().parse::<u16>().expect("a port number");
+                }
+            }
+            panic!("the everything server exited before it listened");
+        })
+        .await
+        .expect("the everything server listens within 60 s");
+        // It logs every request on stdout, which is a pipe: keep reading so it never blocks.
+        let drain = tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        EverythingServer {
+            child,
+            port,
+            _drain: drain,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    pub async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
