@@ -69,6 +69,41 @@ async fn three_clients_in_turn_each_see_their_own_roots_on_a_pooled_session() {
     three_clients_in_turn("pooled").await;
 }
 
+/// A refresh the policy refuses must not leave the earlier client's roots in place: the
+/// reference server keeps a session's last roots when its `roots/list` fails, so the call goes
+/// to a fresh session (which has none) instead of the reused one. Alice's call caches her roots
+/// on a pooled session; ops then forbid roots for the tool; Bob's call must not show them.
+#[tokio::test]
+async fn a_refused_roots_refresh_never_shows_the_earlier_clients_roots() {
+    let everything = EverythingServer::start().await;
+    let pool = "[pool]\nroots_refresh_wait = \"10s\"\n";
+    let (gw, running, url) = start_gateway(config(&everything.url(), "", "", pool)).await;
+    let alice = call_with_roots(&roots_client(&url), "get-roots-list", "file:///srv/alice").await;
+    assert!(alice.contains("/srv/alice"), "{alice}");
+    let no_roots = format!(
+        "{pool}[[policy.rules]]\nmethod = \"tools/call\"\nname = \"get-roots-list\"\nallow = []\n"
+    );
+    gw.apply_config(config(&everything.url(), "", "", &no_roots))
+        .unwrap();
+    let bob = call_with_roots(&roots_client(&url), "get-roots-list", "file:///srv/bob").await;
+    assert!(
+        !bob.contains("/srv/alice"),
+        "bob was shown alice's roots: {bob}"
+    );
+    assert!(!bob.contains("/srv/bob"), "the policy refuses roots: {bob}");
+    assert_eq!(
+        metric(
+            &gw,
+            "mrtr_gateway_roots_refreshes_total",
+            &[("outcome", "reasked")]
+        ),
+        1.0,
+        "bob's call reused alice's session and the server asked again"
+    );
+    running.stop().await;
+    everything.kill().await;
+}
+
 /// `pool.mode = "per-call"` keeps working: a fresh session per call, asked every time.
 #[tokio::test]
 async fn three_clients_in_turn_each_see_their_own_roots_per_call() {

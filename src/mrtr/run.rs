@@ -208,6 +208,20 @@ enum Refresh {
     Session(SessionError),
     /// The server's `roots/list` could not be answered (a bad answer in the book).
     Refused(Rejection),
+    /// The server's `roots/list` was refused (the policy, or a request the call may not make):
+    /// the server still holds the earlier client's roots, so this session must not serve the
+    /// call.
+    Stale,
+}
+
+/// What became of one server request.
+enum Handled {
+    /// Answered upstream: `ping`, or from the answers book.
+    Answered,
+    /// Refused upstream: unknown, out of place (a list, not a call), or by the policy.
+    Refused,
+    /// The client must answer it.
+    Asked(Question),
 }
 
 /// A legacy session with the modern request's call in flight.
@@ -348,6 +362,22 @@ impl<'g> Run<'g> {
                     run.close().await;
                     return Err(not_sent(rejection));
                 }
+                Err(Refresh::Stale) if attempt == 0 => {
+                    // The server kept the earlier client's roots: serve this call on a fresh
+                    // session, which has none.
+                    tracing::info!(
+                        "a reused legacy session's roots/list was refused; the call goes to a fresh session"
+                    );
+                    run.close().await;
+                    continue;
+                }
+                Err(Refresh::Stale) => {
+                    run.close().await;
+                    return Err(not_sent(Rejection::upstream(
+                        "a fresh legacy session still needed its roots refreshed",
+                        "upstream_protocol_error",
+                    )));
+                }
             }
             match run
                 .session_mut()
@@ -430,9 +460,15 @@ impl<'g> Run<'g> {
         };
         counter.with_label_values(&["reasked"]).inc();
         memory.record(Observed::Reasked, probes);
-        self.on_server_request(call, &msg, mode)
+        match self
+            .on_server_request(call, &msg, mode)
             .await
-            .map_err(Refresh::Refused)
+            .map_err(Refresh::Refused)?
+        {
+            Handled::Answered => Ok(None),
+            Handled::Asked(question) => Ok(Some(question)),
+            Handled::Refused => Err(Refresh::Stale),
+        }
     }
 
     /// A run rebuilt from a parked call; returns it with the questions the server is still
@@ -631,7 +667,7 @@ impl<'g> Run<'g> {
                                     // Answered, refused or asked: the lagging one has come.
                                     gather.roots_arrived();
                                 }
-                                if let Some(q) = self.on_server_request(call, &msg, mode).await? {
+                                if let Handled::Asked(q) = self.on_server_request(call, &msg, mode).await? {
                                     gather.asked(q.kind);
                                     questions.push(q);
                                 }
@@ -686,7 +722,7 @@ impl<'g> Run<'g> {
         call: &Call,
         msg: &Value,
         mode: &mut Mode<'_>,
-    ) -> Result<Option<Question>, Rejection> {
+    ) -> Result<Handled, Rejection> {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let method = msg
             .get("method")
@@ -696,7 +732,7 @@ impl<'g> Run<'g> {
         tracing::debug!(%method, server_request_id = %id, "legacy server request");
         if method == "ping" {
             self.answer(&id, Ok(json!({}))).await?;
-            return Ok(None);
+            return Ok(Handled::Answered);
         }
         let Some(kind) = kind_of(method, params) else {
             self.answer(
@@ -707,7 +743,7 @@ impl<'g> Run<'g> {
                 )),
             )
             .await?;
-            return Ok(None);
+            return Ok(Handled::Refused);
         };
         let Mode::Mrtr {
             book,
@@ -724,7 +760,7 @@ impl<'g> Run<'g> {
                 ),
             );
             self.answer(&id, Err(refusal)).await?;
-            return Ok(None);
+            return Ok(Handled::Refused);
         };
         // The policy stage first: a question it refuses is never shown, so the client needs no
         // capability for it and the call goes on with the legacy server's next step.
@@ -738,7 +774,7 @@ impl<'g> Run<'g> {
             Ok(request) => request,
             Err(refusal) => {
                 self.answer(&id, refusal.legacy_answer()).await?;
-                return Ok(None);
+                return Ok(Handled::Refused);
             }
         };
         if let Some(required) = missing_capability(kind, params, declared) {
@@ -755,7 +791,7 @@ impl<'g> Run<'g> {
         let key = minter.mint(method, params);
         if let Some(answer) = book.answer(&key, kind)? {
             self.answer(&id, Ok(answer)).await?;
-            return Ok(None);
+            return Ok(Handled::Answered);
         }
         let shape = shape(method, params);
         if let Some(previous) = prior_shapes.get(&shape)
@@ -774,7 +810,7 @@ impl<'g> Run<'g> {
                  (a timestamp, counter or id?); replay cannot converge until its questions are deterministic"
             );
         }
-        Ok(Some(Question {
+        Ok(Handled::Asked(Question {
             key,
             kind,
             request,
