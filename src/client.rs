@@ -106,6 +106,16 @@ impl ModernClient {
         }
     }
 
+    /// The same client, connecting from `local` (tests: anonymous callers told apart by
+    /// their source address, e.g. 127.0.0.2).
+    pub fn from_local_address(mut self, local: std::net::IpAddr) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_local_address(Some(local));
+        self.http = Client::builder(TokioExecutor::new()).build(connector);
+        self
+    }
+
     pub fn with_capabilities(mut self, caps: Value) -> Self {
         self.capabilities = caps;
         self

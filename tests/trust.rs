@@ -423,6 +423,80 @@ async fn duplicate_race_across_two_gateway_processes_sharing_redis_runs_the_tool
 /// One caller cannot fill the memory single-use store and lock everyone else out: past its
 /// `single_use.max_entries_per_principal` its retries get 429 (its own fault, nothing run),
 /// while another caller's retries still run.
+/// `parking.max_per_principal` counts anonymous callers per source address too: the first
+/// caller's second blocked call is not parked (its retry would replay), while another
+/// anonymous caller's still is.
+#[tokio::test]
+async fn anonymous_callers_have_parking_quotas_of_their_own() {
+    let env = env_with(
+        LegacyServerConfig::default(),
+        handlers(),
+        "",
+        "[parking]\nmax_per_principal = 1\n",
+    )
+    .await;
+    let from = |ip: &str| env.client().from_local_address(ip.parse().unwrap());
+    let parked = || env.gw.parking.len();
+    let first = from("127.0.0.1");
+    first_round(&first).await;
+    assert_eq!(parked(), 1);
+    first_round(&first).await;
+    assert_eq!(
+        parked(),
+        1,
+        "the same caller's second call is over its quota"
+    );
+    let refused = metric(
+        &env.gw,
+        "mrtr_gateway_limit_hits_total",
+        &[("limit", "parking_per_principal")],
+    );
+    assert_eq!(refused, 1.0);
+    first_round(&from("127.0.0.2")).await;
+    assert_eq!(parked(), 2, "another anonymous caller parks its own");
+    env.stop().await;
+}
+
+/// The same with `auth.mode = "none"`, where every caller is `anonymous`: the quota counts
+/// per source address, so one anonymous caller filling its share leaves another's retries
+/// served (a quota keyed by the principal alone would lock out every anonymous caller).
+#[tokio::test]
+async fn one_anonymous_caller_cannot_fill_the_single_use_store_for_everyone() {
+    let extra = format!("[single_use]\nmax_entries = 4\nmax_entries_per_principal = 3\n{REPLAY}");
+    let env = env_with(LegacyServerConfig::default(), handlers(), "", &extra).await;
+    let from = |ip: &str| env.client().from_local_address(ip.parse().unwrap());
+    let first = from("127.0.0.1");
+    for _ in 0..3 {
+        let (state, key) = first_round(&first).await;
+        let done = first
+            .request("tools/call", retry_params(json!(state), &key))
+            .await
+            .unwrap();
+        assert_eq!(text(done.result().unwrap()), "paid 10 (yes)");
+    }
+    let (state, key) = first_round(&first).await;
+    let refused = first
+        .request("tools/call", retry_params(json!(state), &key))
+        .await
+        .unwrap();
+    assert_eq!(refused.status.as_u16(), 429, "{:?}", refused.message);
+    // Another anonymous caller (another source address) is still served.
+    let other = from("127.0.0.2");
+    let (state, key) = first_round(&other).await;
+    let done = other
+        .request("tools/call", retry_params(json!(state), &key))
+        .await
+        .unwrap();
+    assert_eq!(
+        text(
+            done.result()
+                .expect("the other anonymous caller is not locked out")
+        ),
+        "paid 10 (yes)"
+    );
+    env.stop().await;
+}
+
 #[tokio::test]
 async fn one_caller_cannot_fill_the_single_use_store_for_everyone() {
     let extra = format!(

@@ -11,18 +11,13 @@
 //! quotas ([`super::long_lived`]), and would otherwise let a few callers fill the slots for
 //! hours. The `active_requests` gauge counts slots in use.
 //!
-//! **Callers.** A quota keyed by principal alone would put every caller of an `auth.mode =
-//! "none"` gateway (all `anonymous`) under one quota, so one of them could exhaust it for
-//! everyone: anonymous callers are told apart by source address instead (IPv6 per /64, as
-//! for the connection caps). Authenticated callers are their principal, whatever address they
-//! come from.
-
-use std::net::IpAddr;
+//! **Callers.** Per-caller quotas count against a [`crate::caller_scope::Caller`]: the
+//! principal, or for anonymous callers the principal and the source address (IPv6 per /64, as
+//! for the connection caps), so one anonymous caller cannot exhaust a quota for everyone.
 
 use http::{Response, header};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::conn_limits::source_of;
 use super::long_lived::is_long_lived;
 use super::respond::{self, Body};
 use crate::error::Rejection;
@@ -72,54 +67,5 @@ pub fn hold_until_done(response: Response<Body>, slot: RequestSlot) -> Response<
         response
     } else {
         respond::with_guard(response, slot)
-    }
-}
-
-/// Who a quota counts against: the principal, or for anonymous callers their source.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Caller(String);
-
-impl Caller {
-    /// `anonymous`: whether the principal stands for every unauthenticated caller
-    /// (`auth.mode = "none"`).
-    pub fn of(principal: &str, peer: IpAddr, anonymous: bool) -> Caller {
-        if !anonymous {
-            return Caller(principal.to_string());
-        }
-        Caller(format!("{principal}@{}", source_of(peer)))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn anonymous_callers_are_told_apart_by_source_and_principals_are_not() {
-        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert_eq!(
-            Caller::of("anonymous", ip("127.0.0.1"), true),
-            Caller::of("anonymous", ip("::ffff:127.0.0.1"), true)
-        );
-        assert_ne!(
-            Caller::of("anonymous", ip("127.0.0.1"), true),
-            Caller::of("anonymous", ip("127.0.0.2"), true)
-        );
-        assert_eq!(
-            Caller::of("anonymous", ip("2001:db8::1"), true),
-            Caller::of("anonymous", ip("2001:db8::2"), true)
-        );
-        assert_eq!(
-            Caller::of("iss#alice", ip("127.0.0.1"), false),
-            Caller::of("iss#alice", ip("10.0.0.9"), false)
-        );
-        assert_eq!(
-            Caller::of("iss#alice", ip("10.0.0.9"), false).as_str(),
-            "iss#alice"
-        );
     }
 }

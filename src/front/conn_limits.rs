@@ -8,8 +8,10 @@
 //! would not bound it).
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+
+pub use crate::caller_scope::source_of;
 
 /// The caps in force for one accept (read from the configuration each time, so a reload
 /// applies to the next connection).
@@ -55,17 +57,6 @@ impl Drop for ConnPermit {
                 c.per_source.remove(&self.source);
             }
         }
-    }
-}
-
-/// The key a peer address is counted under: IPv4-mapped addresses as IPv4, IPv6 per /64.
-pub fn source_of(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-        }
-        v4 => v4,
     }
 }
 

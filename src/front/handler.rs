@@ -8,12 +8,13 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use serde_json::Value;
 
-use super::admission::{self, Caller};
+use super::admission;
 use super::ingress::{self, Parsed};
 use super::listener::ConnInfo;
 use super::respond::{self, Body};
 use super::{legacy_passthrough, listen, request_body};
 use crate::auth::{AuthRequest, Authenticator, Principal};
+use crate::caller_scope::Caller;
 use crate::caller_scope::CallerScope;
 use crate::config::Config;
 use crate::error::Rejection;
@@ -400,6 +401,7 @@ async fn serve(gw: Arc<Gateway>, r: Admitted, span: tracing::Span) -> Response<B
             .unwrap_or_else(|| Value::Object(Default::default())),
         meta,
         principal: principal.0,
+        caller,
         upstream_headers: upstream_headers(&parts.headers, env.params.as_ref(), &auth),
         credential: auth.credential_key(&parts.headers),
     };

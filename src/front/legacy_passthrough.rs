@@ -53,10 +53,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::admission::Caller;
 use super::long_lived::{self, StreamPlace, StreamRefusal};
 use super::respond::Body;
 use crate::auth::Authenticator;
+use crate::caller_scope::Caller;
 use crate::error::{Fault, Rejection};
 use crate::gateway::{Gateway, session_rejection};
 use crate::jsonrpc::codes;

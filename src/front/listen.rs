@@ -56,9 +56,9 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::admission::Caller;
 use super::long_lived::{self, StreamPlace, StreamRefusal};
 use super::respond::{self, Body};
+use crate::caller_scope::Caller;
 use crate::caller_scope::CallerScope;
 use crate::error::{Fault, Rejection};
 use crate::gateway::{Gateway, session_rejection};

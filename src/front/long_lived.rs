@@ -8,7 +8,7 @@
 //!
 //! They do not hold a request slot once they stream ([`mark`], and
 //! [`super::admission::hold_until_done`]); instead each kind has a cap per replica and a quota
-//! per caller ([`super::admission::Caller`]), counted here: listen streams against
+//! per caller ([`crate::caller_scope::Caller`]), counted here: listen streams against
 //! `subscriptions.max_streams` / `max_streams_per_principal`, legacy GET streams against
 //! `legacy_clients.max_get_streams` / `max_get_streams_per_principal`.
 
@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, Weak};
 use http::Response;
 use tokio_util::sync::CancellationToken;
 
-use super::admission::Caller;
+use crate::caller_scope::Caller;
 use crate::caller_scope::CallerScope;
 use crate::legacy::relay::NotificationRelay;
 

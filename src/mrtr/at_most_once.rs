@@ -26,9 +26,9 @@
 //!   This departs from the spec's advice to stop work for a cancelled request on purpose, for
 //!   this one case: stopping would turn a dropped connection into lost user input. A first
 //!   round (no state) and calls under `single_use` policy `never` are still cancelled.
-//! - **Fairness.** An owner counts against its principal's share of the memory store
-//!   (`single_use.max_entries_per_principal`), except the anonymous principal of
-//!   `auth.mode = "none"`, which stands for every caller.
+//! - **Fairness.** An owner counts against its caller's share of the memory store
+//!   (`single_use.max_entries_per_principal`): the principal, or for anonymous callers
+//!   (`auth.mode = "none"`) the source address ([`Caller`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +36,7 @@ use std::time::Duration;
 use http::StatusCode;
 use serde_json::Value;
 
+use crate::caller_scope::Caller;
 use crate::error::{Fault, Rejection};
 use crate::gateway::Gateway;
 use crate::single_use::{self, Claim, Owner, SingleUseStore, StoreError};
@@ -82,10 +83,10 @@ pub fn claim_ttl(exp: u64, skew: Duration, now: u64) -> Duration {
     Duration::from_secs(last_accepted.saturating_sub(now).max(1))
 }
 
-/// Claims the state `prior` for this presentation by `principal`, or answers as a duplicate.
+/// Claims the state `prior` for this presentation by `caller`, or answers as a duplicate.
 pub async fn claim(
     gw: &Gateway,
-    principal: &str,
+    caller: &Caller,
     prior: &StatePayload,
     now: u64,
 ) -> Result<Claimed, Rejection> {
@@ -93,11 +94,7 @@ pub async fn claim(
     let ttl = claim_ttl(prior.exp, gw.codec.limits().clock_skew, now);
     let until = tokio::time::Instant::now() + ttl;
     let store = gw.single_use();
-    let owner = if principal == crate::auth::ANONYMOUS {
-        Owner::exempt(principal)
-    } else {
-        Owner::new(principal)
-    };
+    let owner = Owner::new(caller.as_str());
     let refused = |e: StoreError| {
         if let StoreError::PrincipalQuota { .. } = e {
             gw.metrics

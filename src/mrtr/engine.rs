@@ -131,7 +131,7 @@ pub async fn serve_mrtr(
             if cfg.single_use.policy_for(&call.method, call.target())
                 == SingleUsePolicy::Always =>
         {
-            match at_most_once::claim(gw, &call.principal, p, now).await? {
+            match at_most_once::claim(gw, &call.caller, p, now).await? {
                 Claimed::Owned(guard) => Some(guard),
                 Claimed::Duplicate(outcome) => return outcome,
             }
@@ -345,7 +345,7 @@ async fn execute(
         };
         match gw
             .parking
-            .park(parked_call, inbound, &call.principal, &limits)
+            .park(parked_call, inbound, &call.principal, &call.caller, &limits)
         {
             Ok(handle) => Some(handle),
             Err(refused) => {

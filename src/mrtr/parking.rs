@@ -7,7 +7,8 @@
 //! again. Everything the legacy server sends meanwhile is buffered (up to
 //! `parking.max_buffered_bytes`); a parked call whose stream ends, whose buffer overflows, or
 //! whose `parking.ttl` passes is cancelled upstream (`notifications/cancelled` + session end)
-//! and dropped. Limits: `parking.max_calls` in all, `parking.max_per_principal` per principal,
+//! and dropped. Limits: `parking.max_calls` in all, `parking.max_per_principal` per caller
+//! (the principal; for anonymous callers, the source address too),
 //! and, for stdio sessions, `upstream.stdio_max_children` less
 //! `parking.stdio_reserved_children`: a parked stdio call keeps its child process, and without
 //! that reserve a few parked calls (even of one caller) would hold every child, so that no
@@ -26,6 +27,7 @@ use http::header;
 
 use super::input_key::KeyMinter;
 use super::run::Question;
+use crate::caller_scope::Caller;
 use crate::error::Rejection;
 use crate::legacy::session::{Inbound, LegacySession, StreamTag};
 
@@ -152,7 +154,10 @@ pub struct Refused {
 struct Slot {
     call: ParkedCall,
     stdio: bool,
+    /// Who may take it back.
     principal: String,
+    /// Whom it counts against (`parking.max_per_principal`).
+    caller: Caller,
     expires: Instant,
     stop: CancellationToken,
     watcher: tokio::task::JoinHandle<(mpsc::Receiver<Inbound>, Vec<Inbound>, Watch)>,
@@ -161,7 +166,7 @@ struct Slot {
 #[derive(Default)]
 struct Inner {
     slots: HashMap<String, Slot>,
-    per_principal: HashMap<String, usize>,
+    per_principal: HashMap<Caller, usize>,
     /// Parked calls holding a stdio child.
     stdio: usize,
 }
@@ -230,16 +235,18 @@ impl ParkingLot {
         self.len() == 0
     }
 
-    /// Parks `call` under a fresh handle, or gives it back when a limit is reached.
+    /// Parks `call` for `principal` (who alone may take it back) under a fresh handle,
+    /// counted against `caller`'s quota, or gives it back when a limit is reached.
     pub fn park(
         &self,
         call: ParkedCall,
         inbound: mpsc::Receiver<Inbound>,
         principal: &str,
+        caller: &Caller,
         limits: &ParkLimits,
     ) -> Result<String, Box<Refused>> {
         let mut inner = self.lock();
-        let mine = inner.per_principal.get(principal).copied().unwrap_or(0);
+        let mine = inner.per_principal.get(caller).copied().unwrap_or(0);
         let stdio = matches!(call.session, LegacySession::Stdio(_));
         let refusal = if inner.slots.len() >= limits.max_calls {
             Some(ParkRefusal::Full)
@@ -271,15 +278,13 @@ impl ParkingLot {
                 call,
                 stdio,
                 principal: principal.to_string(),
+                caller: caller.clone(),
                 expires: Instant::now() + limits.ttl,
                 stop,
                 watcher,
             },
         );
-        *inner
-            .per_principal
-            .entry(principal.to_string())
-            .or_insert(0) += 1;
+        *inner.per_principal.entry(caller.clone()).or_insert(0) += 1;
         inner.stdio += usize::from(stdio);
         self.gauge.set(inner.slots.len() as i64);
         Ok(handle)
@@ -289,10 +294,10 @@ impl ParkingLot {
         let mut inner = self.lock();
         let slot = inner.slots.remove(handle)?;
         inner.stdio -= usize::from(slot.stdio);
-        if let Some(n) = inner.per_principal.get_mut(&slot.principal) {
+        if let Some(n) = inner.per_principal.get_mut(&slot.caller) {
             *n -= 1;
             if *n == 0 {
-                inner.per_principal.remove(&slot.principal);
+                inner.per_principal.remove(&slot.caller);
             }
         }
         self.gauge.set(inner.slots.len() as i64);

@@ -42,6 +42,8 @@ pub struct Call {
     pub params: Value,
     pub meta: RequestMeta,
     pub principal: String,
+    /// Whom this call's quotas count against (parked calls, single-use entries).
+    pub caller: crate::caller_scope::Caller,
     /// Headers to send on every upstream request of this call (credentials, trace context).
     pub upstream_headers: http::HeaderMap,
     /// A digest of the credential forwarded upstream ("" when none is): part of the key

@@ -13,8 +13,8 @@
 //!   replay window; expired entries are reclaimed first (at most every [`RECLAIM_GAP`]).
 //! - `max_entries_per_principal` ids per caller (claims and kept outcomes alike), so that one
 //!   caller cannot fill the store and lock everyone else out: a claim beyond it fails with
-//!   [`StoreError::PrincipalQuota`]. Owners marked exempt (the anonymous principal of
-//!   `auth.mode = "none"`, which stands for every caller) count against `max_entries` only.
+//!   [`StoreError::PrincipalQuota`]. The caller is the principal, or for anonymous callers the
+//!   principal and the source address ([`crate::caller_scope::Caller`]).
 //! - `max_outcome_bytes` per kept outcome and `max_total_outcome_bytes` across all of them: an
 //!   outcome over either is not kept, and its duplicates are told the state was already used.
 //!
@@ -67,7 +67,7 @@ pub struct MemoryStore {
 
 struct Inner {
     map: DashMap<String, Entry>,
-    /// Ids held per principal (exempt owners are not counted).
+    /// Ids held per caller.
     per_principal: DashMap<Arc<str>, usize>,
     /// Ids in the map (an upper bound while an insert or removal is under way).
     held: AtomicUsize,
@@ -81,8 +81,8 @@ struct Inner {
 struct Entry {
     phase: Phase,
     expires_at: Instant,
-    /// The principal the id counts against; `None` for exempt owners.
-    principal: Option<Arc<str>>,
+    /// The caller the id counts against.
+    principal: Arc<str>,
 }
 
 enum Phase {
@@ -196,9 +196,8 @@ impl MemoryStore {
                     return Ok(Claim::Acquired);
                 }
                 MapEntry::Vacant(slot) => {
-                    if let Some(p) = owner.quota_principal()
-                        && !inner.reserve_for(&p, limits.max_entries_per_principal)
-                    {
+                    let p = owner.quota_principal();
+                    if !inner.reserve_for(&p, limits.max_entries_per_principal) {
                         return Err(StoreError::PrincipalQuota {
                             limit: limits.max_entries_per_principal,
                             retry_after: limits.sweep_interval,
@@ -209,9 +208,7 @@ impl MemoryStore {
                         inner.publish_len();
                         return Ok(Claim::Acquired);
                     }
-                    if let Some(p) = owner.quota_principal() {
-                        inner.unreserve_for(&p);
-                    }
+                    inner.unreserve_for(&p);
                     // Full. The shard lock is released at the end of this arm, before any
                     // sweep takes every shard lock in turn.
                 }
@@ -292,9 +289,7 @@ impl MemoryStore {
         let removed = inner.map.remove_if(id, |_, e| e.owned_by(owner));
         match removed {
             Some((_, e)) => {
-                if let Some(p) = &e.principal {
-                    inner.unreserve_for(p);
-                }
+                inner.unreserve_for(&e.principal);
                 inner.held.fetch_sub(1, Ordering::AcqRel);
                 inner.publish_len();
                 true
@@ -312,7 +307,7 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    /// Ids held for `principal` (0 for exempt owners, which are not counted).
+    /// Ids held for `principal` (a caller key).
     pub fn held_by(&self, principal: &str) -> usize {
         self.inner
             .per_principal
@@ -389,9 +384,7 @@ impl Inner {
             }
             removed += 1;
             freed += e.kept_len();
-            if let Some(p) = e.principal.take() {
-                principals.push(p);
-            }
+            principals.push(e.principal.clone());
             false
         });
         // Outside the map's locks: the per-principal counts are a map of their own.
@@ -696,19 +689,11 @@ mod tests {
                 retry_after: MINUTE
             })
         );
-        // Everyone else is unaffected, and an exempt owner counts against max_entries only.
+        // Everyone else is unaffected.
         assert_eq!(
             s.claim("a1", &Owner::new("alice"), MINUTE).unwrap(),
             Claim::Acquired
         );
-        for i in 0..3 {
-            let id = format!("anon{i}");
-            assert_eq!(
-                s.claim(&id, &Owner::exempt("anonymous"), MINUTE).unwrap(),
-                Claim::Acquired
-            );
-        }
-        assert_eq!(s.held_by("anonymous"), 0);
         assert_eq!((s.held_by("mallory"), s.held_by("alice")), (2, 1));
         // A released claim frees its principal's slot.
         assert!(s.release("m2", &m2));
@@ -716,7 +701,7 @@ mod tests {
             s.claim("m3", &Owner::new("mallory"), MINUTE).unwrap(),
             Claim::Acquired
         );
-        assert_eq!(s.len(), 6);
+        assert_eq!(s.len(), 3);
     }
 
     #[tokio::test]

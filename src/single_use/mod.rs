@@ -144,7 +144,6 @@ impl Completion {
 pub struct Owner {
     token: Arc<str>,
     principal: Arc<str>,
-    exempt: bool,
 }
 
 impl Owner {
@@ -159,16 +158,6 @@ impl Owner {
                 .collect::<String>()
                 .into(),
             principal: principal.into(),
-            exempt: false,
-        }
-    }
-
-    /// A fresh owner not limited by the per-principal quota (a principal that stands for
-    /// every caller, such as `anonymous` under `auth.mode = "none"`).
-    pub fn exempt(principal: &str) -> Owner {
-        Owner {
-            exempt: true,
-            ..Owner::new(principal)
         }
     }
 
@@ -184,9 +173,9 @@ impl Owner {
         self.token.clone()
     }
 
-    /// The principal to count the id against, unless exempt.
-    fn quota_principal(&self) -> Option<Arc<str>> {
-        (!self.exempt).then(|| self.principal.clone())
+    /// The caller to count the id against.
+    fn quota_principal(&self) -> Arc<str> {
+        self.principal.clone()
     }
 }
 
