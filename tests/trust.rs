@@ -423,28 +423,34 @@ async fn duplicate_race_across_two_gateway_processes_sharing_redis_runs_the_tool
 /// One caller cannot fill the memory single-use store and lock everyone else out: past its
 /// `single_use.max_entries_per_principal` its retries get 429 (its own fault, nothing run),
 /// while another caller's retries still run.
-/// `parking.max_per_principal` counts anonymous callers per source address too: the first
-/// caller's second blocked call is not parked (its retry would replay), while another
-/// anonymous caller's still is.
+/// `parking.max_per_principal` counts anonymous callers per source address too, once the lot
+/// is half full: a lone caller parks beyond its quota while there is room, then its next
+/// blocked call is not parked (its retry would replay), while another anonymous caller's
+/// still is.
 #[tokio::test]
 async fn anonymous_callers_have_parking_quotas_of_their_own() {
     let env = env_with(
         LegacyServerConfig::default(),
         handlers(),
         "",
-        "[parking]\nmax_per_principal = 1\n",
+        "[parking]\nmax_calls = 4\nmax_per_principal = 1\n",
     )
     .await;
     let from = |ip: &str| env.client().from_local_address(ip.parse().unwrap());
     let parked = || env.gw.parking.len();
     let first = from("127.0.0.1");
     first_round(&first).await;
-    assert_eq!(parked(), 1);
     first_round(&first).await;
     assert_eq!(
         parked(),
-        1,
-        "the same caller's second call is over its quota"
+        2,
+        "below half the lot, the quota of 1 does not bite"
+    );
+    first_round(&first).await;
+    assert_eq!(
+        parked(),
+        2,
+        "the lot is half full: this caller is over its quota"
     );
     let refused = metric(
         &env.gw,
@@ -453,7 +459,7 @@ async fn anonymous_callers_have_parking_quotas_of_their_own() {
     );
     assert_eq!(refused, 1.0);
     first_round(&from("127.0.0.2")).await;
-    assert_eq!(parked(), 2, "another anonymous caller parks its own");
+    assert_eq!(parked(), 3, "another anonymous caller parks its own");
     env.stop().await;
 }
 

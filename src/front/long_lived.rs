@@ -8,7 +8,8 @@
 //!
 //! They do not hold a request slot once they stream ([`mark`], and
 //! [`super::admission::hold_until_done`]); instead each kind has a cap per replica and a quota
-//! per caller ([`crate::caller_scope::Caller`]), counted here: listen streams against
+//! per caller ([`crate::caller_scope::Caller`]) that applies once half the cap is taken,
+//! counted here: listen streams against
 //! `subscriptions.max_streams` / `max_streams_per_principal`, legacy GET streams against
 //! `legacy_clients.max_get_streams` / `max_get_streams_per_principal`.
 
@@ -91,8 +92,12 @@ impl StreamCount {
         if self.open.load(Ordering::Acquire) >= max {
             return Err(StreamRefusal::Full);
         }
+        // A caller's quota applies once half the replica's places are taken: below that there
+        // is room for everyone, and a lone busy caller (all traffic through one proxy) is not
+        // turned away.
+        let contended = self.open.load(Ordering::Acquire).saturating_mul(2) >= max;
         let mine = per.entry(caller.clone()).or_insert(0);
-        if *mine >= max_per_caller {
+        if *mine >= max_per_caller && contended {
             return Err(StreamRefusal::CallerQuota);
         }
         *mine += 1;
@@ -231,6 +236,31 @@ mod tests {
         l.begin_shutdown();
         l.begin_shutdown();
         assert!(l.shutdown().is_cancelled());
+    }
+
+    #[test]
+    fn a_callers_quota_applies_once_half_the_places_are_taken() {
+        let l = LongLived::new(
+            prometheus::IntGauge::new("g", "g").unwrap(),
+            prometheus::IntGauge::new("o", "o").unwrap(),
+        );
+        let (alice, bob) = (caller("alice"), caller("bob"));
+        // A lone caller is not held to its quota of 2 while the replica has room...
+        let mut held: Vec<_> = (0..5)
+            .map(|_| l.admit_listen(&alice, 10, 2).unwrap())
+            .collect();
+        // ...but once half the places are taken it is.
+        assert_eq!(
+            l.admit_listen(&alice, 10, 2).err(),
+            Some(StreamRefusal::CallerQuota)
+        );
+        held.push(l.admit_listen(&bob, 10, 2).unwrap());
+        held.push(l.admit_listen(&bob, 10, 2).unwrap());
+        assert_eq!(
+            l.admit_listen(&bob, 10, 2).err(),
+            Some(StreamRefusal::CallerQuota)
+        );
+        assert_eq!(l.listen_streams(), 7);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! `parking.max_buffered_bytes`); a parked call whose stream ends, whose buffer overflows, or
 //! whose `parking.ttl` passes is cancelled upstream (`notifications/cancelled` + session end)
 //! and dropped. Limits: `parking.max_calls` in all, `parking.max_per_principal` per caller
-//! (the principal; for anonymous callers, the source address too),
+//! once the lot is half full (the principal; for anonymous callers, the source address too),
 //! and, for stdio sessions, `upstream.stdio_max_children` less
 //! `parking.stdio_reserved_children`: a parked stdio call keeps its child process, and without
 //! that reserve a few parked calls (even of one caller) would hold every child, so that no
@@ -250,7 +250,11 @@ impl ParkingLot {
         let stdio = matches!(call.session, LegacySession::Stdio(_));
         let refusal = if inner.slots.len() >= limits.max_calls {
             Some(ParkRefusal::Full)
-        } else if mine >= limits.max_per_principal {
+        } else if mine >= limits.max_per_principal
+            && inner.slots.len().saturating_mul(2) >= limits.max_calls
+        {
+            // A caller's quota applies once the lot is half full: below that there is room for
+            // everyone.
             Some(ParkRefusal::PrincipalQuota)
         } else if stdio && inner.stdio >= limits.max_stdio {
             Some(ParkRefusal::StdioReserve)

@@ -12,9 +12,12 @@
 //!   (fail closed). Nothing live is ever evicted to make room, because an evicted claim is a
 //!   replay window; expired entries are reclaimed first (at most every [`RECLAIM_GAP`]).
 //! - `max_entries_per_principal` ids per caller (claims and kept outcomes alike), so that one
-//!   caller cannot fill the store and lock everyone else out: a claim beyond it fails with
-//!   [`StoreError::PrincipalQuota`]. The caller is the principal, or for anonymous callers the
-//!   principal and the source address ([`crate::caller_scope::Caller`]).
+//!   caller cannot fill the store and lock everyone else out: once the store is half full, a
+//!   claim beyond it fails with [`StoreError::PrincipalQuota`]. Below half there is room for
+//!   everyone, and nobody to protect: refusing then would only turn a single busy caller (all
+//!   traffic through one proxy, say) away from an empty store. The caller is the principal, or
+//!   for anonymous callers the principal and the source address
+//!   ([`crate::caller_scope::Caller`]).
 //! - `max_outcome_bytes` per kept outcome and `max_total_outcome_bytes` across all of them: an
 //!   outcome over either is not kept, and its duplicates are told the state was already used.
 //!
@@ -197,7 +200,8 @@ impl MemoryStore {
                 }
                 MapEntry::Vacant(slot) => {
                     let p = owner.quota_principal();
-                    if !inner.reserve_for(&p, limits.max_entries_per_principal) {
+                    if !inner.reserve_for(&p, limits.max_entries_per_principal, limits.max_entries)
+                    {
                         return Err(StoreError::PrincipalQuota {
                             limit: limits.max_entries_per_principal,
                             retry_after: limits.sweep_interval,
@@ -335,10 +339,12 @@ impl Inner {
             .is_ok()
     }
 
-    /// Counts one more id for `principal`, unless it already holds `quota`.
-    fn reserve_for(&self, principal: &Arc<str>, quota: usize) -> bool {
+    /// Counts one more id for `principal`, unless it already holds `quota` while the store
+    /// is at least half full (of `max_entries`).
+    fn reserve_for(&self, principal: &Arc<str>, quota: usize, max_entries: usize) -> bool {
+        let contended = self.held.load(Ordering::Acquire).saturating_mul(2) >= max_entries;
         let mut n = self.per_principal.entry(principal.clone()).or_insert(0);
-        if *n >= quota {
+        if *n >= quota && contended {
             return false;
         }
         *n += 1;
@@ -673,15 +679,20 @@ mod tests {
 
     #[tokio::test]
     async fn one_principal_cannot_take_more_than_its_quota_and_others_still_claim() {
-        let s = store(10, MINUTE);
+        let s = store(4, MINUTE);
         s.set_limits(MemoryLimits {
-            max_entries_per_principal: 2,
+            max_entries_per_principal: 1,
             ..s.limits()
         });
+        // Below half of max_entries the quota does not bite: nobody else needs the room.
         let mallory = Owner::new("mallory");
         s.claim("m1", &mallory, MINUTE).unwrap();
         let m2 = Owner::new("mallory");
         s.claim("m2", &m2, MINUTE).unwrap();
+        s.set_limits(MemoryLimits {
+            max_entries_per_principal: 2,
+            ..s.limits()
+        });
         assert_eq!(
             s.claim("m3", &Owner::new("mallory"), MINUTE),
             Err(StoreError::PrincipalQuota {
