@@ -7,7 +7,7 @@ mod support;
 use serde_json::Value;
 use support::nginx::{Nginx, NginxTls};
 use support::peers::tempdir::TempDir;
-use support::peers::{PyLegacyServer, legacy_python, repo};
+use support::peers::{PyLegacyServer, python_stdio_command};
 use support::tls::Ca;
 use support::*;
 
@@ -83,15 +83,7 @@ async fn a_stdio_command_must_start_for_readiness() {
     running.stop().await;
 
     // The Python peer as a stdio server: the command starts and initializes.
-    let command = toml_strings(&[
-        legacy_python().to_string_lossy().as_ref(),
-        repo()
-            .join("tests/peers/legacy_server.py")
-            .to_string_lossy()
-            .as_ref(),
-        "--transport",
-        "stdio",
-    ]);
+    let command = python_stdio_command(&[]);
     let cfg = config_with_upstream(
         &format!("transport = \"stdio\"\ncommand = {command}\nresponse_timeout = \"60s\"\n"),
         "",

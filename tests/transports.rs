@@ -18,8 +18,8 @@ use mrtr_gateway::legacy_server::{CallStreamFault, Handlers, LegacyServer, Legac
 use serde_json::{Value, json};
 use support::peers::tempdir::TempDir;
 use support::peers::{
-    PyLegacyServer, assert_ok, input_rounds, legacy_python, modern_scenario, repo, result_text,
-    starts_in,
+    PyLegacyServer, assert_ok, input_rounds, legacy_python, modern_scenario, python_stdio_command,
+    repo, result_text, starts_in,
 };
 use support::*;
 
@@ -47,17 +47,8 @@ async fn bridge(kind: Kind) -> Bridge {
     let (legacy, count_file, upstream) = match kind {
         Kind::Stdio => {
             let count_file = dir.path().join("counts");
-            let command = toml_strings(&[
-                legacy_python().to_string_lossy().as_ref(),
-                repo()
-                    .join("tests/peers/legacy_server.py")
-                    .to_string_lossy()
-                    .as_ref(),
-                "--transport",
-                "stdio",
-                "--count-file",
-                count_file.to_string_lossy().as_ref(),
-            ]);
+            let command =
+                python_stdio_command(&["--count-file", count_file.to_string_lossy().as_ref()]);
             // Every round starts a Python interpreter: allow for a slow start.
             let upstream = format!(
                 "transport = \"stdio\"\ncommand = {command}\nresponse_timeout = \"60s\"\ncall_timeout = \"60s\"\n"
@@ -593,15 +584,7 @@ async fn stdio_children_do_not_inherit_descriptors_the_gateway_inherited() {
     let dir = TempDir::new("mrtr-stdio-fds");
     let marker = dir.path().join("inherited-by-the-gateway");
     std::fs::write(&marker, "the gateway's parent opened this on fd 5\n").unwrap();
-    let command = toml_strings(&[
-        legacy_python().to_string_lossy().as_ref(),
-        repo()
-            .join("tests/peers/legacy_server.py")
-            .to_string_lossy()
-            .as_ref(),
-        "--transport",
-        "stdio",
-    ]);
+    let command = python_stdio_command(&[]);
     let config = format!(
         "[upstream]\ntransport = \"stdio\"\ncommand = {command}\nresponse_timeout = \"60s\"\n\
          call_timeout = \"60s\"\n[log]\nformat = \"text\"\n\

@@ -20,8 +20,8 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
+use crate::support::peers::python_stdio_command;
 use crate::support::peers::tempdir::TempDir;
-use crate::support::peers::{legacy_python, repo};
 use crate::support::*;
 
 /// A gateway in front of the in-repo legacy server (`echo` and the tests' tools), with
@@ -664,14 +664,7 @@ async fn legacy_get_streams_have_a_per_principal_quota_and_hold_no_slot() {
 #[tokio::test]
 async fn parked_calls_leave_stdio_children_for_fresh_calls() {
     let dir = TempDir::new("mrtr-edge-stdio");
-    let command = toml_strings(&[
-        legacy_python().to_string_lossy().as_ref(),
-        repo()
-            .join("tests/peers/legacy_server.py")
-            .to_string_lossy()
-            .as_ref(),
-        "--transport",
-        "stdio",
+    let command = python_stdio_command(&[
         "--count-file",
         dir.path().join("counts").to_string_lossy().as_ref(),
     ]);

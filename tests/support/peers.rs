@@ -31,6 +31,21 @@ pub fn legacy_python() -> PathBuf {
     peers_dir().join("legacy/bin/python")
 }
 
+/// `upstream.command` (a TOML array) running the Python FastMCP legacy server over stdio, with
+/// `extra` arguments (`--count-file PATH`, ...).
+pub fn python_stdio_command(extra: &[&str]) -> String {
+    let python = legacy_python();
+    let server = repo().join("tests/peers/legacy_server.py");
+    let mut args = vec![
+        python.to_string_lossy().into_owned(),
+        server.to_string_lossy().into_owned(),
+        "--transport".to_string(),
+        "stdio".to_string(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    crate::support::toml_strings(&args)
+}
+
 pub fn modern_python() -> PathBuf {
     peers_dir().join("modern/bin/python")
 }
