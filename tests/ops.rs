@@ -15,6 +15,7 @@ use mrtr_gateway::gateway::Gateway;
 use mrtr_gateway::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use mrtr_gateway::reload::Reloader;
 use serde_json::{Value, json};
+use support::admin::{get, start as start_admin};
 use support::*;
 
 fn greet() -> Handlers {
@@ -60,33 +61,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-async fn get(url: &str) -> (u16, Value) {
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Empty<bytes::Bytes>>();
-    let resp = client.get(url.parse().unwrap()).await.unwrap();
-    let status = resp.status().as_u16();
-    let body = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    (
-        status,
-        serde_json::from_slice(&body)
-            .unwrap_or(Value::String(String::from_utf8_lossy(&body).into())),
-    )
-}
-
-async fn start_admin(gw: Arc<Gateway>) -> String {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(mrtr_gateway::admin::serve(
-        gw,
-        l,
-        tokio_util::sync::CancellationToken::new(),
-    ));
-    format!("http://{addr}")
 }
 
 #[tokio::test]
