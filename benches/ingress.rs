@@ -13,8 +13,8 @@ use bytes::Bytes;
 use divan::counter::BytesCount;
 use divan::{Bencher, black_box};
 use http::HeaderMap;
-use mrtr_gateway::client::ModernClient;
 use mrtr_gateway::front::ingress::{Parsed, parse_envelope, validate};
+use mrtr_testkit::client::ModernClient;
 use serde_json::{Value, json};
 
 fn main() {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use divan::counter::BytesCount;
 use divan::{Bencher, black_box};
-use mrtr_gateway::legacy::sse::SseDecoder;
+use mrtr_wire::sse::SseDecoder;
 use serde_json::json;
 
 const EVENT_SIZES: [usize; 3] = [150, 2048, 65536];

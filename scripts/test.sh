@@ -48,12 +48,12 @@ tests/peers/setup.sh
 
 step "format and lints"
 cargo fmt --all -- --check
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "tests"
 export MRTR_PEERS_DIR="$PWD/.peers"
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --locked --no-fail-fast "$@"
+  cargo nextest run --workspace --locked --no-fail-fast "$@"
 else
-  cargo test --locked --no-fail-fast
+  cargo test --workspace --locked --no-fail-fast
 fi

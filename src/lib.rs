@@ -1,33 +1,6 @@
-//! mrtr-gateway: a stateless MCP 2026-07-28 front for legacy MCP servers.
-//!
-//! See `docs/architecture.md` for how the parts fit together.
+//! The `mrtr-gateway` binaries' library: the command line and its subcommands. The gateway
+//! itself is `mrtr_gateway` (crates/gateway); see `docs/architecture.md` for the layers.
 #![forbid(unsafe_code)]
 
-pub mod admin;
-pub mod auth;
-pub mod caller_scope;
-pub mod client;
-pub mod clock;
+pub mod cli;
 pub mod commands;
-pub mod config;
-pub mod descriptor_budget;
-pub mod discover;
-pub mod error;
-pub mod front;
-pub mod gateway;
-pub mod inherited_fds;
-pub mod jsonrpc;
-pub mod legacy;
-pub mod legacy_server;
-pub mod metrics;
-pub mod mrtr;
-pub mod policy;
-pub mod protocol;
-pub mod readiness;
-pub mod reload;
-pub mod request_id;
-pub mod single_use;
-pub mod state;
-pub mod telemetry;
-pub mod translate;
-pub mod upstream_error;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use mrtr_gateway::legacy_server::{
+use mrtr_testkit::legacy_server::{
     Handlers, LegacyServerConfig, MessageKind, RpcError, ServerRequestIds, SseFraming,
 };
 use serde_json::{Value, json};
@@ -31,8 +31,8 @@ fn greet_handlers() -> Handlers {
 async fn greet_flow(
     env: &Env,
 ) -> (
-    Vec<mrtr_gateway::client::Round>,
-    mrtr_gateway::client::Exchange,
+    Vec<mrtr_testkit::client::Round>,
+    mrtr_testkit::client::Exchange,
 ) {
     env.client()
         .call_with_input(

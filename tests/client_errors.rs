@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use mrtr_gateway::client::{Exchange, ModernClient};
+use mrtr_testkit::client::{Exchange, ModernClient};
 use serde_json::{Value, json};
 use support::logs::assert_detail_logged_not_told;
 use support::peers::PyLegacyServer;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
-use mrtr_gateway::client::{Exchange, ModernClient};
-use mrtr_gateway::legacy_server::Handlers;
+use mrtr_testkit::client::{Exchange, ModernClient};
+use mrtr_testkit::legacy_server::Handlers;
 use serde_json::json;
 use support::peers::{PyLegacyServer, legacy_client, result_text};
 use support::procs::{remote_metric, spawn_gateway};

@@ -29,9 +29,9 @@ use http::{Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use mrtr_gateway::client::{Exchange, ModernClient};
 use mrtr_gateway::config::Config;
-use mrtr_gateway::legacy_server::{CallStreamFault, Handlers, LegacyServer, LegacyServerConfig};
+use mrtr_testkit::client::{Exchange, ModernClient};
+use mrtr_testkit::legacy_server::{CallStreamFault, Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
 use support::*;
 use tokio::io::AsyncWriteExt;
@@ -919,7 +919,7 @@ async fn legacy_errors_about_the_request_count_as_client_faults() {
         "fails inside",
         json!({"type": "object"}),
         |_, _| async move {
-            Err(mrtr_gateway::legacy_server::RpcError::internal(
+            Err(mrtr_testkit::legacy_server::RpcError::internal(
                 "the database is down",
             ))
         },

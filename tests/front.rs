@@ -6,8 +6,8 @@ mod support;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
-use mrtr_gateway::client::{Exchange, ModernClient};
-use mrtr_gateway::legacy_server::Handlers;
+use mrtr_testkit::client::{Exchange, ModernClient};
+use mrtr_testkit::legacy_server::Handlers;
 use serde_json::{Value, json};
 use support::*;
 

@@ -20,7 +20,12 @@ struct Interop {
 /// machine may be busy; the window is what keeps a parallel burst in one round.
 async fn interop() -> Interop {
     let legacy = PyLegacyServer::start(&[]).await;
-    let cfg = config(&legacy.url(), "", "", "[mrtr]\ngather_window = \"400ms\"\n");
+    let cfg = config(
+        &legacy.url(),
+        "",
+        "",
+        "[mrtr]\ngather_window = \"400ms\"\ngather_quiet = \"100ms\"\n",
+    );
     let (_gw, running, url) = start_gateway(cfg).await;
     Interop {
         legacy,

@@ -18,8 +18,8 @@ mod support;
 use std::time::Duration;
 
 use http::HeaderValue;
-use mrtr_gateway::client::{ClientError, EventStream, ModernClient};
-use mrtr_gateway::legacy_server::{CredentialView, Handlers, LegacyServer, LegacyServerConfig};
+use mrtr_testkit::client::{ClientError, EventStream, ModernClient};
+use mrtr_testkit::legacy_server::{CredentialView, Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
 use support::peers::{
     EverythingServer, PyLegacyServer, legacy_client, modern_scenario, result_text,

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method};
-use mrtr_gateway::client::{ClientError, EventStream, ModernClient};
-use mrtr_gateway::legacy_server::{Handlers, LegacyServer, LegacyServerConfig, RpcError};
+use mrtr_testkit::client::{ClientError, EventStream, ModernClient};
+use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig, RpcError};
 use serde_json::{Value, json};
 use support::peers::PyLegacyServer;
 use support::*;

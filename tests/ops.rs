@@ -7,13 +7,13 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mrtr_gateway::client::ModernClient;
 use mrtr_gateway::config::Config;
 use mrtr_gateway::front::listener;
 use mrtr_gateway::front::tls::TlsReloader;
 use mrtr_gateway::gateway::Gateway;
-use mrtr_gateway::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use mrtr_gateway::reload::Reloader;
+use mrtr_testkit::client::ModernClient;
+use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
 use support::admin::{get, start as start_admin};
 use support::*;
@@ -624,7 +624,7 @@ async fn load_is_shed_with_503_and_retry_after() {
     legacy.shutdown().await;
 }
 
-fn text_of(ex: &mrtr_gateway::client::Exchange) -> String {
+fn text_of(ex: &mrtr_testkit::client::Exchange) -> String {
     text(ex.result().unwrap())
 }
 

@@ -14,10 +14,10 @@ mod support;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use mrtr_gateway::client::{Exchange, ModernClient};
 use mrtr_gateway::front::listener::Running;
 use mrtr_gateway::gateway::Gateway;
-use mrtr_gateway::legacy_server::{Handlers, LegacyServerConfig};
+use mrtr_testkit::client::{Exchange, ModernClient};
+use mrtr_testkit::legacy_server::{Handlers, LegacyServerConfig};
 use serde_json::{Value, json};
 use support::peers::PyLegacyServer;
 use support::*;

@@ -4,8 +4,8 @@ mod support;
 
 use std::time::Duration;
 
-use mrtr_gateway::client::ModernClient;
-use mrtr_gateway::legacy_server::{Handlers, LegacyServerConfig};
+use mrtr_testkit::client::ModernClient;
+use mrtr_testkit::legacy_server::{Handlers, LegacyServerConfig};
 use serde_json::json;
 use support::*;
 

@@ -7,8 +7,8 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mrtr_gateway::client::ModernClient;
-use mrtr_gateway::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
+use mrtr_testkit::client::ModernClient;
+use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
 use support::peers::PyLegacyServer;
 use support::procs::{remote_metric, spawn_gateway};
@@ -52,7 +52,7 @@ async fn first_round(url: &str) -> Value {
     r.result().unwrap().clone()
 }
 
-async fn retry(url: &str, first: &Value) -> mrtr_gateway::client::Exchange {
+async fn retry(url: &str, first: &Value) -> mrtr_testkit::client::Exchange {
     let key = first["inputRequests"]
         .as_object()
         .unwrap()

@@ -716,11 +716,11 @@ async fn rediss_urls_speak_tls_and_verify_the_server() {
 
 // ---- whole gateways sharing the Redis -------------------------------------------------------
 
-use mrtr_gateway::client::ModernClient;
 use mrtr_gateway::clock::Clock;
 use mrtr_gateway::front::listener::{self, Running};
 use mrtr_gateway::gateway::Gateway;
-use mrtr_gateway::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
+use mrtr_testkit::client::ModernClient;
+use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
 
 /// `pay`: asks for confirmation, then (the first `held` times it gets there) waits for the

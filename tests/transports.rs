@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use mrtr_gateway::client::ModernClient;
 use mrtr_gateway::front::listener::Running;
 use mrtr_gateway::gateway::Gateway;
 use mrtr_gateway::legacy::upstream::Upstream;
-use mrtr_gateway::legacy_server::{CallStreamFault, Handlers, LegacyServer, LegacyServerConfig};
+use mrtr_testkit::client::ModernClient;
+use mrtr_testkit::legacy_server::{CallStreamFault, Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
 use support::peers::tempdir::TempDir;
 use support::peers::{
@@ -42,8 +42,10 @@ struct Bridge {
 
 async fn bridge(kind: Kind) -> Bridge {
     let dir = TempDir::new("mrtr-transports");
-    // Generous gather window, as in the interop tests: the machine may be busy.
-    let extra = "[mrtr]\ngather_window = \"400ms\"\n";
+    // Generous gather window and quiet period, as in the interop tests: on a busy machine the
+    // siblings of a parallel round can arrive more than the default 2 ms apart, and the tests
+    // below check how questions are grouped into rounds.
+    let extra = "[mrtr]\ngather_window = \"400ms\"\ngather_quiet = \"100ms\"\n";
     let (legacy, count_file, upstream) = match kind {
         Kind::Stdio => {
             let count_file = dir.path().join("counts");
@@ -295,7 +297,7 @@ async fn faulty_command(dir: TempDir, command: &str, upstream_extra: &str) -> Fa
 }
 
 impl Faulty {
-    async fn call(&self) -> mrtr_gateway::client::Exchange {
+    async fn call(&self) -> mrtr_testkit::client::Exchange {
         ModernClient::new(&self.url)
             .request("tools/call", json!({"name": "work", "arguments": {}}))
             .await
@@ -346,7 +348,7 @@ async fn assert_gone(pid: u32) {
     );
 }
 
-fn error_message(ex: &mrtr_gateway::client::Exchange) -> String {
+fn error_message(ex: &mrtr_testkit::client::Exchange) -> String {
     ex.error()
         .and_then(|e| e["message"].as_str())
         .unwrap_or_default()

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use mrtr_gateway::client::{Exchange, ModernClient};
 use mrtr_gateway::config::StateKeySpec;
-use mrtr_gateway::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use mrtr_gateway::state::StateCodec;
+use mrtr_testkit::client::{Exchange, ModernClient};
+use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
 use support::procs::{spawn_gateway, start_redis};
 use support::*;

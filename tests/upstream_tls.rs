@@ -46,7 +46,7 @@ fn ca_line(pki: &Pki) -> String {
 
 /// `tools/list` through the gateway: the HTTP status and the JSON-RPC message.
 async fn tools_list(url: &str) -> (u16, Value) {
-    let ex = mrtr_gateway::client::ModernClient::new(url)
+    let ex = mrtr_testkit::client::ModernClient::new(url)
         .request("tools/list", json!({}))
         .await
         .unwrap();

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mrtr_gateway::client::ModernClient;
+use mrtr_testkit::client::ModernClient;
 use serde_json::{Value, json};
 
 use super::fixture::{answer_form, text_of};

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use mrtr_gateway::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
+use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
 
 /// What `ask` and `ask_twice` ask for.

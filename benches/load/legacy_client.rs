@@ -15,7 +15,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use mrtr_gateway::legacy::sse::SseDecoder;
+use mrtr_wire::sse::SseDecoder;
 use serde_json::{Value, json};
 
 const LEGACY_VERSION: &str = "2025-11-25";

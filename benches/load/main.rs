@@ -153,7 +153,7 @@ fn emit(args: &Args, text: &str, json: serde_json::Value) {
 }
 
 async fn compare_run(
-    legacy: &mrtr_gateway::legacy_server::LegacyServer,
+    legacy: &mrtr_testkit::legacy_server::LegacyServer,
     gw: &GatewayChild,
     args: &Args,
     options: &GatewayOptions,
@@ -209,7 +209,7 @@ async fn compare_run(
 }
 
 async fn soak_run(
-    legacy: &mrtr_gateway::legacy_server::LegacyServer,
+    legacy: &mrtr_testkit::legacy_server::LegacyServer,
     gw: &GatewayChild,
     args: &Args,
 ) -> Result<(), String> {

@@ -18,8 +18,8 @@ use http::{Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use mrtr_gateway::client::ModernClient;
-use mrtr_gateway::legacy_server::LegacyServer;
+use mrtr_testkit::client::ModernClient;
+use mrtr_testkit::legacy_server::LegacyServer;
 use serde_json::{Map, Value, json};
 
 use super::fixture::{answer_form, text_of};

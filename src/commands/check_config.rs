@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::redact::redacted_url;
-use crate::config::{Config, UpstreamTransport};
-use crate::descriptor_budget;
+use mrtr_gateway::config::redact::redacted_url;
+use mrtr_gateway::config::{Config, UpstreamTransport};
+use mrtr_gateway::descriptor_budget;
 
 /// What `check-config` found in a valid file.
 #[derive(Debug)]
@@ -17,7 +17,7 @@ pub struct Report {
 }
 
 /// Validates `path`; on success returns a one-line summary and any warnings.
-pub fn check(path: &Path) -> Result<Report, crate::config::ConfigError> {
+pub fn check(path: &Path) -> Result<Report, mrtr_gateway::config::ConfigError> {
     let c = Config::load(path)?;
     let upstream = match c.upstream.transport {
         UpstreamTransport::StreamableHttp => redacted_url(&c.upstream.url),
@@ -86,9 +86,12 @@ fn is_executable(p: &Path) -> bool {
 }
 
 /// Validates `path` and renders the effective configuration with secrets redacted.
-pub fn print(path: &Path) -> Result<String, crate::config::ConfigError> {
+pub fn print(path: &Path) -> Result<String, mrtr_gateway::config::ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        crate::config::ConfigError::new("(file)", format!("cannot read {}: {e}", path.display()))
+        mrtr_gateway::config::ConfigError::new(
+            "(file)",
+            format!("cannot read {}: {e}", path.display()),
+        )
     })?;
     let vars: Vec<(String, String)> = std::env::vars().collect();
     Config::effective_toml(&text, &vars, path.parent())

@@ -7,8 +7,8 @@
 
 use std::fmt::Write as _;
 
-use crate::config::Config;
-use crate::state::{StateCodec, now_secs};
+use mrtr_gateway::config::Config;
+use mrtr_gateway::state::{StateCodec, now_secs};
 
 /// Renders the report, or says why the token does not open.
 pub fn inspect(config: &Config, token: &str, show_answers: bool) -> Result<String, String> {
@@ -24,7 +24,7 @@ pub fn inspect(config: &Config, token: &str, show_answers: bool) -> Result<Strin
     let now = now_secs();
     let mut out = String::new();
     let _ = writeln!(out, "key id:        {kid}");
-    let _ = writeln!(out, "format:        {}", crate::state::seal::VERSION);
+    let _ = writeln!(out, "format:        {}", mrtr_gateway::state::seal::VERSION);
     let _ = writeln!(out, "token bytes:   {}", token.len());
     let _ = writeln!(out, "state id:      {}", p.id);
     let _ = writeln!(out, "round:         {}", p.rnd);

@@ -11,14 +11,14 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::admin;
-use crate::config::Config;
-use crate::descriptor_budget;
-use crate::front::listener;
-use crate::front::tls::TlsReloader;
-use crate::gateway::Gateway;
-use crate::reload::Reloader;
-use crate::telemetry::LevelHandle;
+use mrtr_gateway::admin;
+use mrtr_gateway::config::Config;
+use mrtr_gateway::descriptor_budget;
+use mrtr_gateway::front::listener;
+use mrtr_gateway::front::tls::TlsReloader;
+use mrtr_gateway::gateway::Gateway;
+use mrtr_gateway::reload::Reloader;
+use mrtr_gateway::telemetry::LevelHandle;
 
 pub async fn run(
     config: Config,
@@ -27,7 +27,7 @@ pub async fn run(
 ) -> std::io::Result<()> {
     // Before any child can be started: descriptors inherited from whoever started the gateway
     // must not leak into stdio legacy servers.
-    crate::inherited_fds::keep_from_children();
+    mrtr_gateway::inherited_fds::keep_from_children();
     // Before anything opens a descriptor: room for the caps (see descriptor_budget).
     let raised = descriptor_budget::raise_soft_limit();
     if raised.after != raised.before {
@@ -63,9 +63,9 @@ pub async fn run(
         "mrtr-gateway listening"
     );
     if gw.single_use().per_replica() {
-        crate::single_use::warn_per_replica();
+        mrtr_gateway::single_use::warn_per_replica();
     }
-    let example = crate::config::decode_secret(crate::config::EXAMPLE_SECRET).ok();
+    let example = mrtr_gateway::config::decode_secret(mrtr_gateway::config::EXAMPLE_SECRET).ok();
     for k in &cfg.state.keys {
         if Some(k.secret) == example {
             tracing::warn!(key_id = %k.id, "state key uses the public example secret from config/gateway.toml; generate one with `mrtr-gateway keygen`");

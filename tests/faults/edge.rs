@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
-use mrtr_gateway::client::{EventStream, ModernClient};
 use mrtr_gateway::config::Config;
-use mrtr_gateway::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
+use mrtr_testkit::client::{EventStream, ModernClient};
+use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};

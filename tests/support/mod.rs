@@ -13,11 +13,11 @@ pub mod tls;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mrtr_gateway::client::ModernClient;
 use mrtr_gateway::config::Config;
 use mrtr_gateway::front::listener::{self, Running};
 use mrtr_gateway::gateway::Gateway;
-use mrtr_gateway::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
+use mrtr_testkit::client::ModernClient;
+use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
 
 pub const TEST_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";

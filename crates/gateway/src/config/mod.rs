@@ -1,0 +1,1658 @@
+//! Gateway configuration: TOML file, environment overrides, validation into typed values.
+//!
+//! Loading runs in three steps, each with one job:
+//! 1. parse the file into a TOML tree and apply `MRTR_GATEWAY__SECTION__KEY` environment
+//!    overrides onto that tree ([`env`]);
+//! 2. deserialize the tree into [`raw::RawConfig`] (unknown keys are errors, and the error
+//!    names the key path);
+//! 3. validate into [`Config`]: parse addresses, durations and URLs, load key material.
+//!
+//! Every error is a [`ConfigError`] naming the file key (and the variable, when the value came
+//! from the environment); the binary turns it into exit status 64.
+
+mod admin;
+pub mod call_rule;
+mod duration;
+pub mod env;
+mod legacy_clients;
+pub mod new_key;
+pub mod raw;
+pub mod redact;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine;
+
+pub use admin::AdminConfig;
+pub use duration::parse_duration;
+pub use legacy_clients::LegacyClientsConfig;
+use raw::RawConfig;
+
+/// The secret printed in `config/gateway.toml`; public, so never fit for production.
+pub const EXAMPLE_SECRET: &str = "AEarFVUsENTN8apT0+NBD/WiFLYe0+IDHCIEZpsSwGs=";
+
+/// Protocol versions the gateway can speak to a legacy server, newest first.
+pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// A configuration problem, tied to the key it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted key path, e.g. `state.ttl`, or `(file)` for problems with the file itself.
+    pub key: String,
+    /// The environment variable the value came from, when it did.
+    pub env_var: Option<String>,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.env_var {
+            Some(var) => write!(f, "{} (set by {var}): {}", self.key, self.message),
+            None => write!(f, "{}: {}", self.key, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl ConfigError {
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            key: key.into(),
+            env_var: None,
+            message: message.into(),
+        }
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: ListenConfig,
+    pub upstream: UpstreamConfig,
+    pub state: StateConfig,
+    pub mrtr: MrtrConfig,
+    pub discover: DiscoverConfig,
+    pub caching: CachingConfig,
+    pub log: LogConfig,
+    pub admin: AdminConfig,
+    /// Front TLS; `None` serves plain HTTP.
+    pub tls: Option<TlsConfig>,
+    pub drain: DrainConfig,
+    pub replica: ReplicaConfig,
+    pub parking: ParkingConfig,
+    pub pool: PoolConfig,
+    pub single_use: crate::single_use::SingleUseConfig,
+    pub auth: crate::auth::config::AuthConfig,
+    pub subscriptions: SubscriptionsConfig,
+    /// What a legacy server may ask the client (`[policy]`).
+    pub policy: crate::policy::PolicyConfig,
+    pub legacy_clients: LegacyClientsConfig,
+}
+
+/// `subscriptions/listen` streams.
+#[derive(Debug, Clone)]
+pub struct SubscriptionsConfig {
+    /// Interval between `: keep-alive` comments on an idle listen stream.
+    pub keepalive: Duration,
+    /// Listen streams open at once on this replica.
+    pub max_streams: usize,
+    /// Listen streams one principal may hold open at once.
+    pub max_streams_per_principal: usize,
+    /// URIs one listen request may subscribe to.
+    pub max_resource_subscriptions: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolMode {
+    /// Keep sessions warm between calls (checked out by one call at a time).
+    Pooled,
+    /// A fresh session per call, closed after it.
+    PerCall,
+}
+
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    pub mode: PoolMode,
+    pub max_idle_per_key: usize,
+    pub max_idle: usize,
+    pub idle_timeout: Duration,
+    /// Sessions opened into the pool at start (`pool.warm_up`), declaring `warm_up_declared`.
+    pub warm_up: usize,
+    pub warm_up_declared: crate::legacy::capabilities::Declared,
+    /// Longest wait, after `notifications/roots/list_changed` on a reused session, for the
+    /// server's `roots/list` before the call is sent (zero: never wait).
+    pub roots_refresh_wait: Duration,
+    /// Waits in a row that may time out, with no re-ask ever seen, before the gateway stops
+    /// waiting on this upstream (until the next reload).
+    pub roots_refresh_probes: u32,
+}
+
+/// What happens to a blocked legacy call when the gateway returns `input_required`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParkPolicy {
+    /// Keep it alive on this replica; a retry elsewhere (or after expiry) replays.
+    ParkThenReplay,
+    /// Never park: every retry replays.
+    Replay,
+    /// Park, and never re-execute: if the parked call is gone, the retry fails.
+    ParkOnly,
+}
+
+#[derive(Debug, Clone)]
+pub struct ParkingRule {
+    pub method: String,
+    /// Tool or prompt name, or resource URI; `None` matches every call of `method`.
+    pub name: Option<String>,
+    pub policy: ParkPolicy,
+}
+
+#[derive(Debug, Clone)]
+pub struct ParkingConfig {
+    pub default_policy: ParkPolicy,
+    pub max_calls: usize,
+    pub max_per_principal: usize,
+    pub ttl: Duration,
+    pub max_buffered_bytes: usize,
+    /// Stdio children parking never takes: calls may park only while at least this many of
+    /// `upstream.stdio_max_children` stay out of the parking lot, for fresh calls.
+    pub stdio_reserved_children: usize,
+    pub rules: Vec<ParkingRule>,
+}
+
+impl ParkingConfig {
+    /// The policy for a call (`name` is the tool / prompt name or the resource URI).
+    pub fn policy_for(&self, method: &str, name: Option<&str>) -> ParkPolicy {
+        call_rule::first_match(&self.rules, method, name).map_or(self.default_policy, |r| r.policy)
+    }
+}
+
+impl call_rule::CallRule for ParkingRule {
+    fn method(&self) -> &str {
+        &self.method
+    }
+    fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ListenConfig {
+    pub addr: SocketAddr,
+    pub path: String,
+    pub max_body_bytes: usize,
+    /// `Origin` values accepted (exact match, e.g. "https://app.example"); empty: only requests
+    /// without an `Origin` header, or whose `Origin` is a loopback origin, are accepted.
+    pub allowed_origins: Vec<String>,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_concurrent_requests: usize,
+    /// Longest time a request body may take to arrive, from its headers to its last byte.
+    pub body_read_timeout: Duration,
+    /// Client connections open at once, and from one source address.
+    pub max_connections: usize,
+    pub max_connections_per_source: usize,
+    /// HTTP/2 streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub http2_max_concurrent_streams: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    None,
+    Optional,
+    Required,
+}
+
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub client_ca_file: Option<PathBuf>,
+    pub client_auth: ClientAuth,
+}
+
+#[derive(Debug, Clone)]
+pub struct DrainConfig {
+    /// After SIGTERM, how long `/readyz` reports 503 before the listener stops accepting.
+    pub readiness_delay: Duration,
+    /// How long in-flight requests may take to finish after that.
+    pub deadline: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    /// This process's instance id; `None` means generate one at start.
+    pub id: Option<String>,
+}
+
+/// How the gateway reaches the legacy server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamTransport {
+    /// Streamable HTTP (2025-03-26 … 2025-11-25) at `upstream.url`.
+    StreamableHttp,
+    /// The 2024-11-05 HTTP+SSE transport: `upstream.url` is the SSE endpoint.
+    Sse,
+    /// A child process per session, newline-delimited JSON on stdin/stdout.
+    Stdio,
+}
+
+impl UpstreamTransport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamTransport::StreamableHttp => "streamable-http",
+            UpstreamTransport::Sse => "sse",
+            UpstreamTransport::Stdio => "stdio",
+        }
+    }
+}
+
+/// How to start (and stop) a stdio legacy server.
+#[derive(Debug, Clone)]
+pub struct StdioConfig {
+    /// Program and arguments; empty unless the transport is stdio.
+    pub command: Vec<String>,
+    /// Variables set on top of the few inherited from the gateway (see `legacy::stdio`).
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+    /// Longest line the child may write on stdout (one JSON-RPC message), bytes.
+    pub max_line_bytes: usize,
+    /// Child processes alive at once.
+    pub max_children: usize,
+    /// Longest wait before spawning again after consecutive spawn/initialize failures.
+    pub spawn_backoff: Duration,
+    /// How long a closing child gets after stdin closes, and again after SIGTERM.
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    pub transport: UpstreamTransport,
+    /// The endpoint for the HTTP transports (unused for stdio).
+    pub url: url::Url,
+    pub protocol_version: String,
+    pub connect_timeout: Duration,
+    /// Longest wait for the legacy server's response headers (and for an `initialize` answer).
+    pub response_timeout: Duration,
+    /// Longest silence on a legacy SSE stream while a call is running.
+    pub idle_timeout: Duration,
+    /// Longest a single modern request may spend upstream, all phases together.
+    pub call_timeout: Duration,
+    pub max_event_bytes: usize,
+    pub max_stream_bytes: usize,
+    pub client_name: String,
+    /// Reconnects in a row that deliver nothing before a resumable SSE stream is given up.
+    pub resume_attempts: u32,
+    /// Upper bound on the server's `retry` delay before reconnecting an SSE stream.
+    pub resume_max_delay: Duration,
+    /// TLS toward an `https` URL (`None` for `http` and stdio).
+    pub tls: Option<crate::legacy::upstream_tls::UpstreamTls>,
+    pub stdio: StdioConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct StateKeySpec {
+    pub id: String,
+    pub secret: [u8; 32],
+}
+
+#[derive(Debug, Clone)]
+pub struct StateConfig {
+    pub ttl: Duration,
+    pub max_bytes: usize,
+    pub max_rounds: u32,
+    /// Tolerated clock difference between replicas for `exp` / `iat` checks.
+    pub clock_skew: Duration,
+    /// When set, the key ring is (re)loaded from this directory instead of `state.keys`.
+    pub keys_dir: Option<PathBuf>,
+    pub keys: Vec<StateKeySpec>,
+}
+
+#[derive(Debug, Clone)]
+pub struct MrtrConfig {
+    pub gather_window: Duration,
+    pub gather_quiet: Duration,
+}
+
+/// `[discover]`. Deprecated: `refresh` is still validated (so an old file keeps loading, and
+/// a bad value is still named) but has no effect since `server/discover` is answered from the
+/// caller's own legacy session (`crate::discover`) instead of a gateway-wide cache.
+#[derive(Debug, Clone)]
+pub struct DiscoverConfig {
+    pub refresh: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheScope {
+    Public,
+    Private,
+}
+
+impl CacheScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheScope::Public => "public",
+            CacheScope::Private => "private",
+        }
+    }
+}
+
+/// A `ttlMs` / `cacheScope` pair.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheHint {
+    pub ttl: Duration,
+    pub scope: CacheScope,
+}
+
+#[derive(Debug, Clone)]
+pub struct CachingConfig {
+    pub discover: CacheHint,
+    pub list: CacheHint,
+    pub read: CacheHint,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    pub level: String,
+    pub format: LogFormat,
+}
+
+impl Config {
+    /// Reads `path`, applies environment overrides from the process environment, validates.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new("(file)", format!("cannot read {}: {e}", path.display()))
+        })?;
+        let vars: Vec<(String, String)> = std::env::vars().collect();
+        Self::from_toml_str(&text, &vars, path.parent())
+    }
+
+    /// Parses TOML text with the given environment; relative `secret_file` paths resolve
+    /// against `base_dir` (the config file's directory).
+    pub fn from_toml_str(
+        text: &str,
+        vars: &[(String, String)],
+        base_dir: Option<&Path>,
+    ) -> Result<Config, ConfigError> {
+        let mut tree: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::new("(file)", e.to_string().trim()))?;
+        let origins = env::apply_overrides(&mut tree, vars)?;
+        let raw: RawConfig =
+            serde_path_to_error::deserialize(toml::Value::Table(tree)).map_err(|e| {
+                let key = e.path().to_string();
+                let key = if key == "." {
+                    "(file)".to_string()
+                } else {
+                    key
+                };
+                let mut err = ConfigError::new(key.clone(), e.inner().to_string());
+                err.env_var = origins.var_for(&key);
+                err
+            })?;
+        Self::from_raw(raw, base_dir).map_err(|mut e| {
+            if e.env_var.is_none() {
+                // An array element (`policy.url.allow_hosts[1]`) came from the variable that
+                // set the whole array.
+                let whole = e.key.split_once('[').map_or(e.key.as_str(), |(k, _)| k);
+                e.env_var = origins.var_for(&e.key).or_else(|| origins.var_for(whole));
+            }
+            e
+        })
+    }
+
+    /// The effective configuration as TOML — file, environment overrides and defaults —
+    /// with secrets redacted (`check-config --print`). Fails like [`Config::from_toml_str`].
+    pub fn effective_toml(
+        text: &str,
+        vars: &[(String, String)],
+        base_dir: Option<&Path>,
+    ) -> Result<String, ConfigError> {
+        Self::from_toml_str(text, vars, base_dir)?;
+        let mut tree: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::new("(file)", e.to_string().trim()))?;
+        env::apply_overrides(&mut tree, vars)?;
+        let mut raw: RawConfig = toml::Value::Table(tree)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::new("(file)", e.to_string()))?;
+        redact(&mut raw);
+        toml::to_string_pretty(&raw).map_err(|e| ConfigError::new("(file)", e.to_string()))
+    }
+
+    /// Validates a raw configuration into typed values.
+    pub fn from_raw(raw: RawConfig, base_dir: Option<&Path>) -> Result<Config, ConfigError> {
+        let listen = ListenConfig {
+            addr: raw.listen.addr.parse().map_err(|_| {
+                ConfigError::new(
+                    "listen.addr",
+                    format!(
+                        "not a socket address: {:?} (expected e.g. \"127.0.0.1:8080\")",
+                        raw.listen.addr
+                    ),
+                )
+            })?,
+            path: {
+                if !raw.listen.path.starts_with('/') {
+                    return Err(ConfigError::new("listen.path", "must start with '/'"));
+                }
+                raw.listen.path.clone()
+            },
+            max_body_bytes: positive_size("listen.max_body_bytes", raw.listen.max_body_bytes)?,
+            allowed_origins: {
+                for (i, o) in raw.listen.allowed_origins.iter().enumerate() {
+                    let ok =
+                        url::Url::parse(o).is_ok_and(|u| u.origin().ascii_serialization() == *o);
+                    if !ok {
+                        return Err(ConfigError::new(
+                            format!("listen.allowed_origins[{i}]"),
+                            format!("{o:?} is not an origin (scheme://host[:port], no path)"),
+                        ));
+                    }
+                }
+                raw.listen.allowed_origins.clone()
+            },
+            header_read_timeout: nonzero_duration(
+                "listen.header_read_timeout",
+                &raw.listen.header_read_timeout,
+            )?,
+            idle_timeout: nonzero_duration("listen.idle_timeout", &raw.listen.idle_timeout)?,
+            max_concurrent_requests: positive_size(
+                "listen.max_concurrent_requests",
+                raw.listen.max_concurrent_requests,
+            )?,
+            body_read_timeout: bounded_duration(
+                "listen.body_read_timeout",
+                &raw.listen.body_read_timeout,
+                Duration::from_secs(600),
+            )?,
+            max_connections: in_range(
+                "listen.max_connections",
+                raw.listen.max_connections,
+                1,
+                1_000_000,
+            )?,
+            max_connections_per_source: in_range(
+                "listen.max_connections_per_source",
+                raw.listen.max_connections_per_source,
+                1,
+                1_000_000,
+            )?,
+            http2_max_concurrent_streams: in_range(
+                "listen.http2_max_concurrent_streams",
+                raw.listen.http2_max_concurrent_streams,
+                1,
+                10_000,
+            )? as u32,
+        };
+
+        let transport = match raw.upstream.transport.as_str() {
+            "streamable-http" => UpstreamTransport::StreamableHttp,
+            "sse" => UpstreamTransport::Sse,
+            "stdio" => UpstreamTransport::Stdio,
+            other => {
+                return Err(ConfigError::new(
+                    "upstream.transport",
+                    format!("must be \"streamable-http\", \"sse\" or \"stdio\", not {other:?}"),
+                ));
+            }
+        };
+        let url = url::Url::parse(&raw.upstream.url)
+            .map_err(|e| ConfigError::new("upstream.url", format!("not a URL: {e}")))?;
+        if url.scheme() != "http" && url.scheme() != "https" {
+            return Err(ConfigError::new(
+                "upstream.url",
+                "scheme must be http or https",
+            ));
+        }
+        if !LEGACY_VERSIONS.contains(&raw.upstream.protocol_version.as_str()) {
+            return Err(ConfigError::new(
+                "upstream.protocol_version",
+                format!("must be one of {LEGACY_VERSIONS:?}"),
+            ));
+        }
+        let upstream_tls_url = url.clone();
+        let upstream = UpstreamConfig {
+            transport,
+            url,
+            protocol_version: raw.upstream.protocol_version.clone(),
+            connect_timeout: nonzero_duration(
+                "upstream.connect_timeout",
+                &raw.upstream.connect_timeout,
+            )?,
+            response_timeout: nonzero_duration(
+                "upstream.response_timeout",
+                &raw.upstream.response_timeout,
+            )?,
+            idle_timeout: nonzero_duration("upstream.idle_timeout", &raw.upstream.idle_timeout)?,
+            call_timeout: nonzero_duration("upstream.call_timeout", &raw.upstream.call_timeout)?,
+            max_event_bytes: positive_size(
+                "upstream.max_event_bytes",
+                raw.upstream.max_event_bytes,
+            )?,
+            max_stream_bytes: positive_size(
+                "upstream.max_stream_bytes",
+                raw.upstream.max_stream_bytes,
+            )?,
+            client_name: raw.upstream.client_name.clone(),
+            resume_attempts: {
+                let n = raw.upstream.resume_attempts;
+                if n == 0 || n > 100 {
+                    return Err(ConfigError::new(
+                        "upstream.resume_attempts",
+                        "must be between 1 and 100",
+                    ));
+                }
+                n as u32
+            },
+            resume_max_delay: nonzero_duration(
+                "upstream.resume_max_delay",
+                &raw.upstream.resume_max_delay,
+            )?,
+            tls: upstream_tls(&raw.upstream, transport, &upstream_tls_url, base_dir)?,
+            stdio: stdio_config(&raw.upstream, transport, base_dir)?,
+        };
+
+        let state = StateConfig {
+            ttl: nonzero_duration("state.ttl", &raw.state.ttl)?,
+            max_bytes: {
+                let n = positive_size("state.max_bytes", raw.state.max_bytes)?;
+                if n < 256 {
+                    return Err(ConfigError::new("state.max_bytes", "must be at least 256"));
+                }
+                n
+            },
+            max_rounds: {
+                if raw.state.max_rounds == 0 {
+                    return Err(ConfigError::new("state.max_rounds", "must be at least 1"));
+                }
+                raw.state.max_rounds
+            },
+            clock_skew: duration("state.clock_skew", &raw.state.clock_skew)?,
+            keys_dir: raw.state.keys_dir.as_ref().map(|d| resolve(base_dir, d)),
+            keys: match (&raw.state.keys_dir, raw.state.keys.is_empty()) {
+                (Some(_), false) => {
+                    return Err(ConfigError::new(
+                        "state.keys_dir",
+                        "set either state.keys_dir or [[state.keys]], not both",
+                    ));
+                }
+                (Some(dir), true) => load_keys_dir(&resolve(base_dir, dir))?,
+                (None, _) => load_keys(&raw.state.keys, base_dir)?,
+            },
+        };
+
+        let mrtr = MrtrConfig {
+            gather_window: duration("mrtr.gather_window", &raw.mrtr.gather_window)?,
+            gather_quiet: {
+                let q = duration("mrtr.gather_quiet", &raw.mrtr.gather_quiet)?;
+                let w = duration("mrtr.gather_window", &raw.mrtr.gather_window)?;
+                if q > w {
+                    return Err(ConfigError::new(
+                        "mrtr.gather_quiet",
+                        "must not exceed mrtr.gather_window",
+                    ));
+                }
+                q
+            },
+        };
+        let discover = DiscoverConfig {
+            refresh: nonzero_duration("discover.refresh", &raw.discover.refresh)?,
+        };
+        let c = &raw.caching;
+        let caching = CachingConfig {
+            discover: cache_hint("caching.discover", &c.discover_ttl, &c.discover_scope)?,
+            list: cache_hint("caching.list", &c.list_ttl, &c.list_scope)?,
+            read: cache_hint("caching.read", &c.read_ttl, &c.read_scope)?,
+        };
+        let log = LogConfig {
+            level: {
+                tracing_subscriber::EnvFilter::try_new(&raw.log.level)
+                    .map_err(|e| ConfigError::new("log.level", format!("not a log filter: {e}")))?;
+                raw.log.level.clone()
+            },
+            format: match raw.log.format.as_str() {
+                "json" => LogFormat::Json,
+                "text" => LogFormat::Text,
+                other => {
+                    return Err(ConfigError::new(
+                        "log.format",
+                        format!("must be \"json\" or \"text\", not {other:?}"),
+                    ));
+                }
+            },
+        };
+        let admin = admin::admin_config(&raw.admin)?;
+        let tls = tls_config(&raw.tls, base_dir)?;
+        let drain = DrainConfig {
+            readiness_delay: duration("drain.readiness_delay", &raw.drain.readiness_delay)?,
+            deadline: nonzero_duration("drain.deadline", &raw.drain.deadline)?,
+        };
+        let replica = ReplicaConfig {
+            id: if raw.replica.id.is_empty() {
+                None
+            } else if valid_key_id(&raw.replica.id) {
+                Some(raw.replica.id.clone())
+            } else {
+                return Err(ConfigError::new(
+                    "replica.id",
+                    "must be 1-32 characters of A-Z a-z 0-9 _ - (or empty to generate one)",
+                ));
+            },
+        };
+        let parking = parking_config(&raw.parking, state.ttl, upstream.stdio.max_children)?;
+        let pool = PoolConfig {
+            mode: match raw.pool.mode.as_str() {
+                "pooled" => PoolMode::Pooled,
+                "per-call" => PoolMode::PerCall,
+                other => {
+                    return Err(ConfigError::new(
+                        "pool.mode",
+                        format!("must be \"pooled\" or \"per-call\", not {other:?}"),
+                    ));
+                }
+            },
+            max_idle_per_key: usize::try_from(raw.pool.max_idle_per_key).unwrap_or(usize::MAX),
+            max_idle: usize::try_from(raw.pool.max_idle).unwrap_or(usize::MAX),
+            idle_timeout: nonzero_duration("pool.idle_timeout", &raw.pool.idle_timeout)?,
+            warm_up: usize::try_from(raw.pool.warm_up).unwrap_or(usize::MAX),
+            warm_up_declared: warm_up_declared(&raw.pool.warm_up_capabilities)?,
+            roots_refresh_wait: {
+                let d = duration("pool.roots_refresh_wait", &raw.pool.roots_refresh_wait)?;
+                if d > Duration::from_secs(60) {
+                    return Err(ConfigError::new(
+                        "pool.roots_refresh_wait",
+                        "must be between \"0s\" and \"60s\"",
+                    ));
+                }
+                d
+            },
+            roots_refresh_probes: match raw.pool.roots_refresh_probes {
+                n @ 1..=1000 => n as u32,
+                _ => {
+                    return Err(ConfigError::new(
+                        "pool.roots_refresh_probes",
+                        "must be between 1 and 1000",
+                    ));
+                }
+            },
+        };
+        let auth = crate::auth::config::AuthConfig::from_raw(&raw.auth, base_dir)?;
+        check_warm_up(&pool, &auth)?;
+        let single_use = crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir)?;
+        let subscriptions = subscriptions_config(&raw.subscriptions)?;
+        let policy = crate::policy::PolicyConfig::from_raw(&raw.policy)?;
+        let legacy_clients = legacy_clients::legacy_clients_config(&raw.legacy_clients)?;
+        Ok(Config {
+            legacy_clients,
+            policy,
+            pool,
+            subscriptions,
+            parking,
+            listen,
+            upstream,
+            state,
+            mrtr,
+            discover,
+            caching,
+            log,
+            admin,
+            tls,
+            drain,
+            replica,
+            single_use,
+            auth,
+        })
+    }
+}
+
+use redact::REDACTED;
+
+/// Replaces secret values in a raw configuration before it is printed.
+fn redact(raw: &mut RawConfig) {
+    for k in &mut raw.state.keys {
+        if k.secret.is_some() {
+            k.secret = Some(REDACTED.into());
+        }
+    }
+    // Child-process environments often carry credentials.
+    for v in raw.upstream.env.values_mut() {
+        *v = REDACTED.into();
+    }
+    for u in &mut raw.single_use.redis.urls {
+        *u = redact::redacted_url_text(u);
+    }
+    raw.upstream.url = redact::redacted_url_text(&raw.upstream.url);
+}
+
+/// The capability set warm sessions declare: names of what a modern client declares.
+fn warm_up_declared(
+    names: &[String],
+) -> Result<crate::legacy::capabilities::Declared, ConfigError> {
+    let mut d = crate::legacy::capabilities::Declared::default();
+    for name in names {
+        match name.as_str() {
+            "roots" => d.roots = true,
+            "sampling" => d.sampling = true,
+            "sampling.tools" => {
+                d.sampling = true;
+                d.sampling_tools = true;
+            }
+            "sampling.context" => {
+                d.sampling = true;
+                d.sampling_context = true;
+            }
+            "elicitation" | "elicitation.form" => d.elicit_form = true,
+            "elicitation.url" => d.elicit_url = true,
+            other => {
+                return Err(ConfigError::new(
+                    "pool.warm_up_capabilities",
+                    format!(
+                        "unknown capability {other:?}; use roots, sampling, sampling.tools, \
+                         sampling.context, elicitation (or elicitation.form), elicitation.url"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(d)
+}
+
+/// Warm sessions are keyed like any pooled session (principal, capabilities, forwarded
+/// credential), so they are only useful where the key is known before any request arrives.
+fn check_warm_up(
+    pool: &PoolConfig,
+    auth: &crate::auth::config::AuthConfig,
+) -> Result<(), ConfigError> {
+    use crate::auth::config::ModeConfig;
+    use crate::auth::upstream_credentials::UpstreamCredentials;
+    if pool.warm_up == 0 {
+        return Ok(());
+    }
+    let why = if pool.mode == PoolMode::PerCall {
+        Some("needs pool.mode = \"pooled\"".to_string())
+    } else if pool.warm_up > pool.max_idle_per_key.min(pool.max_idle) {
+        Some(format!(
+            "must not exceed pool.max_idle_per_key ({}) or pool.max_idle ({})",
+            pool.max_idle_per_key, pool.max_idle
+        ))
+    } else if !matches!(auth.mode, ModeConfig::None) {
+        Some(
+            "needs auth.mode = \"none\": sessions are pooled per principal, unknown before a \
+             request arrives"
+                .to_string(),
+        )
+    } else if matches!(auth.upstream, UpstreamCredentials::Forward) {
+        Some(
+            "cannot be used with auth.upstream_credentials = \"forward\": sessions are pooled \
+             per forwarded credential"
+                .to_string(),
+        )
+    } else {
+        None
+    };
+    match why {
+        Some(message) => Err(ConfigError::new("pool.warm_up", message)),
+        None => Ok(()),
+    }
+}
+
+fn subscriptions_config(raw: &raw::RawSubscriptions) -> Result<SubscriptionsConfig, ConfigError> {
+    let keepalive = duration("subscriptions.keepalive", &raw.keepalive)?;
+    if keepalive < Duration::from_millis(100) || keepalive > Duration::from_secs(600) {
+        return Err(ConfigError::new(
+            "subscriptions.keepalive",
+            "must be between \"100ms\" and \"10m\"",
+        ));
+    }
+    let bounded = |key: &str, n: u64, max: u64| {
+        if n == 0 || n > max {
+            Err(ConfigError::new(
+                key,
+                format!("must be between 1 and {max}"),
+            ))
+        } else {
+            Ok(n as usize)
+        }
+    };
+    Ok(SubscriptionsConfig {
+        keepalive,
+        max_streams: bounded("subscriptions.max_streams", raw.max_streams, 1_000_000)?,
+        max_streams_per_principal: bounded(
+            "subscriptions.max_streams_per_principal",
+            raw.max_streams_per_principal,
+            1_000_000,
+        )?,
+        max_resource_subscriptions: bounded(
+            "subscriptions.max_resource_subscriptions",
+            raw.max_resource_subscriptions,
+            10_000,
+        )?,
+    })
+}
+
+fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
+    parse_duration(text).map_err(|m| ConfigError::new(key, m))
+}
+
+/// A duration greater than zero and at most `max`.
+fn bounded_duration(key: &str, text: &str, max: Duration) -> Result<Duration, ConfigError> {
+    let d = nonzero_duration(key, text)?;
+    if d > max {
+        return Err(ConfigError::new(
+            key,
+            format!("must be at most {}", humantime::format_duration(max)),
+        ));
+    }
+    Ok(d)
+}
+
+/// A count between `min` and `max`, inclusive.
+fn in_range(key: &str, n: u64, min: u64, max: u64) -> Result<usize, ConfigError> {
+    if n < min || n > max {
+        return Err(ConfigError::new(
+            key,
+            format!("must be between {min} and {max}"),
+        ));
+    }
+    usize::try_from(n).map_err(|_| ConfigError::new(key, "too large"))
+}
+
+fn nonzero_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
+    let d = duration(key, text)?;
+    if d.is_zero() {
+        return Err(ConfigError::new(key, "must be greater than zero"));
+    }
+    Ok(d)
+}
+
+fn positive_size(key: &str, n: u64) -> Result<usize, ConfigError> {
+    if n == 0 {
+        return Err(ConfigError::new(key, "must be greater than zero"));
+    }
+    usize::try_from(n).map_err(|_| ConfigError::new(key, "too large"))
+}
+
+fn cache_hint(prefix: &str, ttl: &str, scope: &str) -> Result<CacheHint, ConfigError> {
+    let ttl = duration(&format!("{prefix}_ttl"), ttl)?;
+    let scope = match scope {
+        "public" => CacheScope::Public,
+        "private" => CacheScope::Private,
+        other => {
+            return Err(ConfigError::new(
+                format!("{prefix}_scope"),
+                format!("must be \"public\" or \"private\", not {other:?}"),
+            ));
+        }
+    };
+    Ok(CacheHint { ttl, scope })
+}
+
+/// Key ids appear in every token: keep them short and URL-safe.
+pub fn valid_key_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Decodes a 32-byte secret written as base64 (standard or URL-safe alphabet, padding optional).
+pub fn decode_secret(text: &str) -> Result<[u8; 32], String> {
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    let cfg = GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    let text = text.trim();
+    let bytes = if text.contains(['-', '_']) {
+        GeneralPurpose::new(&base64::alphabet::URL_SAFE, cfg).decode(text)
+    } else {
+        GeneralPurpose::new(&base64::alphabet::STANDARD, cfg).decode(text)
+    }
+    .map_err(|e| format!("not valid base64: {e}"))?;
+    <[u8; 32]>::try_from(bytes.as_slice())
+        .map_err(|_| format!("must decode to exactly 32 bytes, got {}", bytes.len()))
+}
+
+fn load_keys(
+    raw: &[raw::RawStateKey],
+    base_dir: Option<&Path>,
+) -> Result<Vec<StateKeySpec>, ConfigError> {
+    if raw.is_empty() {
+        return Err(ConfigError::new(
+            "state.keys",
+            "at least one key is required (generate one with `mrtr-gateway keygen`)",
+        ));
+    }
+    let mut keys: Vec<StateKeySpec> = Vec::with_capacity(raw.len());
+    for (i, k) in raw.iter().enumerate() {
+        let key_path = format!("state.keys[{i}]");
+        if !valid_key_id(&k.id) {
+            return Err(ConfigError::new(
+                format!("{key_path}.id"),
+                "must be 1-32 characters of A-Z a-z 0-9 _ -",
+            ));
+        }
+        if keys.iter().any(|seen| seen.id == k.id) {
+            return Err(ConfigError::new(
+                format!("{key_path}.id"),
+                format!("duplicate key id {:?}", k.id),
+            ));
+        }
+        let secret = match (&k.secret, &k.secret_file) {
+            (Some(s), None) => {
+                decode_secret(s).map_err(|m| ConfigError::new(format!("{key_path}.secret"), m))?
+            }
+            (None, Some(file)) => {
+                let path = resolve(base_dir, file);
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    ConfigError::new(
+                        format!("{key_path}.secret_file"),
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                decode_secret(&text)
+                    .map_err(|m| ConfigError::new(format!("{key_path}.secret_file"), m))?
+            }
+            _ => {
+                return Err(ConfigError::new(
+                    key_path,
+                    "set exactly one of `secret` or `secret_file`",
+                ));
+            }
+        };
+        keys.push(StateKeySpec {
+            id: k.id.clone(),
+            secret,
+        });
+    }
+    Ok(keys)
+}
+
+fn park_policy(key: &str, text: &str) -> Result<ParkPolicy, ConfigError> {
+    match text {
+        "park-then-replay" => Ok(ParkPolicy::ParkThenReplay),
+        "replay" => Ok(ParkPolicy::Replay),
+        "park-only" => Ok(ParkPolicy::ParkOnly),
+        other => Err(ConfigError::new(
+            key,
+            format!("must be \"park-then-replay\", \"replay\" or \"park-only\", not {other:?}"),
+        )),
+    }
+}
+
+fn parking_config(
+    raw: &raw::RawParking,
+    state_ttl: Duration,
+    stdio_max_children: usize,
+) -> Result<ParkingConfig, ConfigError> {
+    // Unset: two minutes, or the state TTL if that is shorter.
+    let ttl = if raw.ttl.is_empty() {
+        state_ttl.min(Duration::from_secs(120))
+    } else {
+        nonzero_duration("parking.ttl", &raw.ttl)?
+    };
+    if ttl > state_ttl {
+        return Err(ConfigError::new(
+            "parking.ttl",
+            "must not exceed state.ttl (a parked call cannot outlive the state that refers to it)",
+        ));
+    }
+    let mut rules = Vec::with_capacity(raw.rules.len());
+    for (i, r) in raw.rules.iter().enumerate() {
+        if !matches!(
+            r.method.as_str(),
+            "tools/call" | "prompts/get" | "resources/read"
+        ) {
+            return Err(ConfigError::new(
+                format!("parking.rules[{i}].method"),
+                "must be tools/call, prompts/get or resources/read",
+            ));
+        }
+        rules.push(ParkingRule {
+            method: r.method.clone(),
+            name: r.name.clone(),
+            policy: park_policy(&format!("parking.rules[{i}].policy"), &r.policy)?,
+        });
+    }
+    Ok(ParkingConfig {
+        default_policy: park_policy("parking.default_policy", &raw.default_policy)?,
+        max_calls: usize::try_from(raw.max_calls).unwrap_or(usize::MAX),
+        max_per_principal: usize::try_from(raw.max_per_principal).unwrap_or(usize::MAX),
+        ttl,
+        max_buffered_bytes: positive_size("parking.max_buffered_bytes", raw.max_buffered_bytes)?,
+        // Unset: a quarter of the children, at least one.
+        stdio_reserved_children: match raw.stdio_reserved_children {
+            None => (stdio_max_children / 4).max(1).min(stdio_max_children),
+            Some(n) => in_range(
+                "parking.stdio_reserved_children",
+                n,
+                0,
+                stdio_max_children as u64,
+            )?,
+        },
+        rules,
+    })
+}
+
+/// The stdio keys: validated whatever the transport (so a typo is caught before it matters),
+/// but `command` is required with `transport = "stdio"` and refused without it.
+fn stdio_config(
+    raw: &raw::RawUpstream,
+    transport: UpstreamTransport,
+    base_dir: Option<&Path>,
+) -> Result<StdioConfig, ConfigError> {
+    let is_stdio = transport == UpstreamTransport::Stdio;
+    if is_stdio && raw.command.is_empty() {
+        return Err(ConfigError::new(
+            "upstream.command",
+            "required with transport = \"stdio\": the program and its arguments, e.g. [\"python3\", \"server.py\"]",
+        ));
+    }
+    if !is_stdio && !raw.command.is_empty() {
+        return Err(ConfigError::new(
+            "upstream.command",
+            format!(
+                "only used with transport = \"stdio\" (upstream.transport is {:?})",
+                transport.as_str()
+            ),
+        ));
+    }
+    for (i, arg) in raw.command.iter().enumerate() {
+        if arg.contains('\0') || (i == 0 && arg.is_empty()) {
+            return Err(ConfigError::new(
+                format!("upstream.command[{i}]"),
+                "must be non-empty text without NUL bytes",
+            ));
+        }
+    }
+    let mut env = Vec::with_capacity(raw.env.len());
+    for (k, v) in &raw.env {
+        if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
+            return Err(ConfigError::new(
+                format!("upstream.env.{k}"),
+                "names must be non-empty without '=' or NUL; values without NUL",
+            ));
+        }
+        env.push((k.clone(), v.clone()));
+    }
+    let cwd = raw.cwd.as_deref().map(|d| resolve(base_dir, d));
+    if is_stdio
+        && let Some(dir) = &cwd
+        && !dir.is_dir()
+    {
+        return Err(ConfigError::new(
+            "upstream.cwd",
+            format!("{} is not a directory", dir.display()),
+        ));
+    }
+    Ok(StdioConfig {
+        command: raw.command.clone(),
+        env,
+        cwd,
+        max_line_bytes: positive_size("upstream.max_line_bytes", raw.max_line_bytes)?,
+        max_children: positive_size("upstream.stdio_max_children", raw.stdio_max_children)?,
+        spawn_backoff: nonzero_duration("upstream.stdio_spawn_backoff", &raw.stdio_spawn_backoff)?,
+        shutdown_grace: nonzero_duration(
+            "upstream.stdio_shutdown_grace",
+            &raw.stdio_shutdown_grace,
+        )?,
+    })
+}
+
+/// The `https` upstream's TLS files, read and checked; refused where they would be unused.
+fn upstream_tls(
+    raw: &raw::RawUpstream,
+    transport: UpstreamTransport,
+    url: &url::Url,
+    base_dir: Option<&Path>,
+) -> Result<Option<crate::legacy::upstream_tls::UpstreamTls>, ConfigError> {
+    use crate::legacy::upstream_tls::{UpstreamTls, UpstreamTlsFiles};
+    let files = UpstreamTlsFiles {
+        ca_file: raw.ca_file.as_ref().map(|f| resolve(base_dir, f)),
+        client_cert_file: raw.client_cert_file.as_ref().map(|f| resolve(base_dir, f)),
+        client_key_file: raw.client_key_file.as_ref().map(|f| resolve(base_dir, f)),
+    };
+    let https = transport != UpstreamTransport::Stdio && url.scheme() == "https";
+    if !https {
+        let set = [
+            ("upstream.ca_file", &files.ca_file),
+            ("upstream.client_cert_file", &files.client_cert_file),
+            ("upstream.client_key_file", &files.client_key_file),
+        ];
+        if let Some((key, _)) = set.iter().find(|(_, v)| v.is_some()) {
+            return Err(ConfigError::new(
+                *key,
+                "only used with an https upstream.url (and an HTTP transport)",
+            ));
+        }
+        return Ok(None);
+    }
+    UpstreamTls::load(&files)
+        .map(Some)
+        .map_err(|e| ConfigError::new(e.key, e.message))
+}
+
+fn tls_config(
+    raw: &raw::RawTls,
+    base_dir: Option<&Path>,
+) -> Result<Option<TlsConfig>, ConfigError> {
+    let client_auth = match raw.client_auth.as_str() {
+        "none" => ClientAuth::None,
+        "optional" => ClientAuth::Optional,
+        "required" => ClientAuth::Required,
+        other => {
+            return Err(ConfigError::new(
+                "tls.client_auth",
+                format!("must be \"none\", \"optional\" or \"required\", not {other:?}"),
+            ));
+        }
+    };
+    let (cert, key) = match (&raw.cert_file, &raw.key_file) {
+        (None, None) => {
+            if raw.client_ca_file.is_some() || client_auth != ClientAuth::None {
+                return Err(ConfigError::new(
+                    "tls.cert_file",
+                    "client certificates need front TLS: set tls.cert_file and tls.key_file",
+                ));
+            }
+            return Ok(None);
+        }
+        (Some(c), Some(k)) => (resolve(base_dir, c), resolve(base_dir, k)),
+        (Some(_), None) => {
+            return Err(ConfigError::new(
+                "tls.key_file",
+                "required with tls.cert_file",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::new(
+                "tls.cert_file",
+                "required with tls.key_file",
+            ));
+        }
+    };
+    for (key_name, path) in [("tls.cert_file", &cert), ("tls.key_file", &key)] {
+        if !path.is_file() {
+            return Err(ConfigError::new(
+                key_name,
+                format!("cannot read {}", path.display()),
+            ));
+        }
+    }
+    let client_ca_file = raw.client_ca_file.as_ref().map(|f| resolve(base_dir, f));
+    if let Some(ca) = &client_ca_file
+        && !ca.is_file()
+    {
+        return Err(ConfigError::new(
+            "tls.client_ca_file",
+            format!("cannot read {}", ca.display()),
+        ));
+    }
+    if client_auth != ClientAuth::None && client_ca_file.is_none() {
+        return Err(ConfigError::new(
+            "tls.client_ca_file",
+            "required when tls.client_auth is \"optional\" or \"required\"",
+        ));
+    }
+    Ok(Some(TlsConfig {
+        cert_file: cert,
+        key_file: key,
+        client_ca_file,
+        client_auth,
+    }))
+}
+
+/// Loads a key ring from a directory (a mounted Kubernetes Secret, typically).
+///
+/// Every regular file whose name is a valid key id holds one base64 secret. The optional file
+/// `primary` names the sealing key; without it the greatest id (by byte order) seals, so
+/// date-like ids (`k2026-12-02`) rotate by simply adding a newer file. Names starting with
+/// `.` are skipped (Kubernetes keeps `..data` and timestamped directories there).
+pub fn load_keys_dir(dir: &Path) -> Result<Vec<StateKeySpec>, ConfigError> {
+    let key = "state.keys_dir";
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| ConfigError::new(key, format!("cannot read {}: {e}", dir.display())))?;
+    let mut keys: Vec<StateKeySpec> = Vec::new();
+    let mut primary: Option<String> = None;
+    for entry in entries {
+        let entry = entry
+            .map_err(|e| ConfigError::new(key, format!("cannot list {}: {e}", dir.display())))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        if !path.is_file() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| ConfigError::new(key, format!("cannot read {}: {e}", path.display())))?;
+        if name == "primary" {
+            primary = Some(text.trim().to_string());
+            continue;
+        }
+        if !valid_key_id(&name) {
+            return Err(ConfigError::new(
+                key,
+                format!(
+                    "{name:?}: a key file's name is its key id (1-32 characters of A-Z a-z 0-9 _ -)"
+                ),
+            ));
+        }
+        let secret =
+            decode_secret(&text).map_err(|m| ConfigError::new(key, format!("{name}: {m}")))?;
+        keys.push(StateKeySpec { id: name, secret });
+    }
+    if keys.is_empty() {
+        return Err(ConfigError::new(
+            key,
+            format!("no key files in {}", dir.display()),
+        ));
+    }
+    keys.sort_by(|a, b| b.id.cmp(&a.id));
+    if let Some(p) = primary {
+        let pos = keys.iter().position(|k| k.id == p).ok_or_else(|| {
+            ConfigError::new(key, format!("primary names {p:?}, which has no key file"))
+        })?;
+        let k = keys.remove(pos);
+        keys.insert(0, k);
+    }
+    Ok(keys)
+}
+
+fn resolve(base_dir: Option<&Path>, file: &str) -> PathBuf {
+    let p = Path::new(file);
+    match base_dir {
+        Some(dir) if p.is_relative() => dir.join(p),
+        _ => p.to_path_buf(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+    fn minimal() -> String {
+        format!("[[state.keys]]\nid = \"k1\"\nsecret = \"{KEY}\"\n")
+    }
+
+    #[test]
+    fn minimal_file_gets_documented_defaults() {
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert_eq!(c.listen.addr.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.listen.path, "/mcp");
+        assert_eq!(c.state.ttl, Duration::from_secs(600));
+        assert_eq!(c.state.max_bytes, 65536);
+        assert_eq!(c.state.max_rounds, 16);
+        assert_eq!(c.state.keys[0].secret[31], 31);
+    }
+
+    fn err_of(text: &str) -> ConfigError {
+        Config::from_toml_str(text, &[], None).unwrap_err()
+    }
+
+    #[test]
+    fn each_bad_input_names_its_key() {
+        let e = err_of(&format!(
+            "{}\n[state]\nttl = \"soon\"\n",
+            "[listen]\naddr=\"x\""
+        ));
+        assert_eq!(e.key, "listen.addr");
+        let e = err_of(&format!("{}[mrtr]\ngather_window = \"soon\"\n", minimal()));
+        assert_eq!(e.key, "mrtr.gather_window");
+        let e = err_of(&format!("{}[listen]\nbogus = 1\n", minimal()));
+        assert!(e.key.starts_with("listen"), "{e}");
+        assert!(e.message.contains("bogus"), "{e}");
+        let e = err_of("[state]\nttl = \"1m\"\n");
+        assert_eq!(e.key, "state.keys");
+        let e = err_of("[[state.keys]]\nid = \"k1\"\nsecret = \"%%%\"\n");
+        assert_eq!(e.key, "state.keys[0].secret");
+        let e = err_of(&format!(
+            "{}[[state.keys]]\nid = \"k1\"\nsecret = \"{KEY}\"\n",
+            minimal()
+        ));
+        assert_eq!(e.key, "state.keys[1].id");
+        assert!(e.message.contains("duplicate"));
+        let e = err_of("[[state.keys]]\nid = \"k1\"\nsecret_file = \"/nonexistent/key\"\n");
+        assert_eq!(e.key, "state.keys[0].secret_file");
+        let e = err_of("[[state.keys]]\nid = \"k1\"\nsecret = \"AAAA\"\n");
+        assert!(e.message.contains("32 bytes"), "{e}");
+    }
+
+    #[test]
+    fn environment_overrides_win_and_are_named_in_errors() {
+        let vars = vec![("MRTR_GATEWAY__STATE__TTL".to_string(), "30s".to_string())];
+        let text = format!("[state]\nttl = \"5m\"\n{}", minimal());
+        let c = Config::from_toml_str(&text, &vars, None).unwrap();
+        assert_eq!(c.state.ttl, Duration::from_secs(30));
+        let bad = vec![(
+            "MRTR_GATEWAY__STATE__TTL".to_string(),
+            "forever".to_string(),
+        )];
+        let e = Config::from_toml_str(&text, &bad, None).unwrap_err();
+        assert_eq!(e.key, "state.ttl");
+        assert_eq!(e.env_var.as_deref(), Some("MRTR_GATEWAY__STATE__TTL"));
+    }
+
+    #[test]
+    fn keys_dir_orders_by_primary_then_newest_and_skips_kubernetes_internals() {
+        let dir = std::env::temp_dir().join(format!("mrtr-keys-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("..2026_12_02")).unwrap();
+        std::fs::write(dir.join("k2026-11-01"), KEY).unwrap();
+        std::fs::write(dir.join("k2026-12-01"), KEY).unwrap();
+        std::fs::write(dir.join("..data"), "ignored").unwrap();
+        let ids = |ks: Vec<StateKeySpec>| ks.into_iter().map(|k| k.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(load_keys_dir(&dir).unwrap()),
+            vec!["k2026-12-01", "k2026-11-01"]
+        );
+        std::fs::write(dir.join("primary"), "k2026-11-01\n").unwrap();
+        assert_eq!(
+            ids(load_keys_dir(&dir).unwrap()),
+            vec!["k2026-11-01", "k2026-12-01"]
+        );
+        std::fs::write(dir.join("primary"), "nope").unwrap();
+        assert_eq!(load_keys_dir(&dir).unwrap_err().key, "state.keys_dir");
+        std::fs::remove_file(dir.join("primary")).unwrap();
+        std::fs::write(dir.join("bad"), "%%%").unwrap();
+        assert!(load_keys_dir(&dir).unwrap_err().message.contains("bad"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn upstream_tls_files_are_checked_naming_key_and_variable() {
+        let https = |rest: &str| {
+            format!(
+                "[upstream]\nurl = \"https://legacy.internal/mcp\"\n{rest}\n{}",
+                minimal()
+            )
+        };
+        // From the environment: the error names the variable too.
+        let vars = [(
+            "MRTR_GATEWAY__UPSTREAM__CA_FILE".to_string(),
+            "/nonexistent/ca.pem".to_string(),
+        )];
+        let e = Config::from_toml_str(&https(""), &vars, None).unwrap_err();
+        assert_eq!(e.key, "upstream.ca_file");
+        assert_eq!(
+            e.env_var.as_deref(),
+            Some("MRTR_GATEWAY__UPSTREAM__CA_FILE")
+        );
+        let e = err_of(&https("client_cert_file = \"/nonexistent.pem\""));
+        assert_eq!(e.key, "upstream.client_key_file", "{e}");
+        // Refused where they would be unused.
+        let e = err_of(&format!(
+            "[upstream]\nurl = \"http://127.0.0.1:9001/mcp\"\nca_file = \"/x.pem\"\n{}",
+            minimal()
+        ));
+        assert_eq!(e.key, "upstream.ca_file");
+        assert!(e.message.contains("https"), "{e}");
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert!(c.upstream.tls.is_none());
+    }
+
+    #[test]
+    fn upstream_check_timings_are_bounded() {
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert_eq!(c.admin.upstream_check_cache, Duration::from_secs(2));
+        assert_eq!(c.admin.upstream_check_wait, Duration::from_millis(1500));
+        for (line, key) in [
+            (
+                "upstream_check_cache = \"0s\"",
+                "admin.upstream_check_cache",
+            ),
+            (
+                "upstream_check_cache = \"11m\"",
+                "admin.upstream_check_cache",
+            ),
+            ("upstream_check_wait = \"0s\"", "admin.upstream_check_wait"),
+            ("upstream_check_wait = \"2m\"", "admin.upstream_check_wait"),
+        ] {
+            let e = err_of(&format!("[admin]\n{line}\n{}", minimal()));
+            assert_eq!(e.key, key, "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn tls_and_admin_sections_are_checked() {
+        let e = err_of(&format!(
+            "[tls]\ncert_file = \"/nonexistent.pem\"\nkey_file = \"/nonexistent.key\"\n{}",
+            minimal()
+        ));
+        assert_eq!(e.key, "tls.cert_file");
+        let e = err_of(&format!("[tls]\nclient_auth = \"required\"\n{}", minimal()));
+        assert_eq!(e.key, "tls.cert_file");
+        let e = err_of(&format!("[admin]\naddr = \"nowhere\"\n{}", minimal()));
+        assert_eq!(e.key, "admin.addr");
+        let c = Config::from_toml_str(&format!("[admin]\naddr = \"\"\n{}", minimal()), &[], None)
+            .unwrap();
+        assert!(c.admin.addr.is_none() && c.tls.is_none());
+        let e = err_of(&format!(
+            "[listen]\nallowed_origins = [\"https://a.example/path\"]\n{}",
+            minimal()
+        ));
+        assert_eq!(e.key, "listen.allowed_origins[0]");
+    }
+
+    #[test]
+    fn upstream_transport_keys_are_checked() {
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert_eq!(c.upstream.transport, UpstreamTransport::StreamableHttp);
+        assert_eq!(c.upstream.stdio.max_line_bytes, 4 * 1024 * 1024);
+        assert_eq!(c.upstream.stdio.max_children, 8);
+        assert_eq!(c.upstream.stdio.spawn_backoff, Duration::from_secs(5));
+        assert_eq!(c.upstream.stdio.shutdown_grace, Duration::from_secs(3));
+        assert_eq!(c.upstream.resume_attempts, 5);
+        let stdio =
+            |rest: &str| format!("[upstream]\ntransport = \"stdio\"\n{rest}\n{}", minimal());
+        let c = Config::from_toml_str(
+            &stdio("command = [\"python3\", \"s.py\"]\nenv = { A = \"1\" }"),
+            &[],
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.upstream.transport, UpstreamTransport::Stdio);
+        assert_eq!(c.upstream.stdio.command, ["python3", "s.py"]);
+        assert_eq!(c.upstream.stdio.env, [("A".to_string(), "1".to_string())]);
+        assert_eq!(err_of(&stdio("")).key, "upstream.command");
+        assert_eq!(
+            err_of(&stdio("command = [\"\"]")).key,
+            "upstream.command[0]"
+        );
+        assert_eq!(
+            err_of(&stdio("command = [\"x\"]\ncwd = \"/nonexistent/dir\"")).key,
+            "upstream.cwd"
+        );
+        assert_eq!(
+            err_of(&stdio("command = [\"x\"]\nstdio_max_children = 0")).key,
+            "upstream.stdio_max_children"
+        );
+        let e = err_of(&format!("[upstream]\ncommand = [\"x\"]\n{}", minimal()));
+        assert_eq!(e.key, "upstream.command");
+        assert!(e.message.contains("stdio"), "{e}");
+        assert_eq!(
+            err_of(&format!("[upstream]\ntransport = \"ws\"\n{}", minimal())).key,
+            "upstream.transport"
+        );
+        assert_eq!(
+            err_of(&format!("[upstream]\nresume_attempts = 0\n{}", minimal())).key,
+            "upstream.resume_attempts"
+        );
+    }
+
+    #[test]
+    fn subscriptions_keys_have_defaults_and_limits() {
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert_eq!(c.subscriptions.keepalive, Duration::from_secs(15));
+        assert_eq!(c.subscriptions.max_streams, 256);
+        assert_eq!(c.subscriptions.max_resource_subscriptions, 64);
+        for (body, key) in [
+            ("keepalive = \"10ms\"", "subscriptions.keepalive"),
+            ("keepalive = \"2h\"", "subscriptions.keepalive"),
+            ("keepalive = \"often\"", "subscriptions.keepalive"),
+            ("max_streams = 0", "subscriptions.max_streams"),
+            (
+                "max_resource_subscriptions = 0",
+                "subscriptions.max_resource_subscriptions",
+            ),
+        ] {
+            let e = err_of(&format!("[subscriptions]\n{body}\n{}", minimal()));
+            assert_eq!(e.key, key, "{body}: {e}");
+        }
+    }
+
+    #[test]
+    fn edge_limits_have_defaults_and_bounds_and_name_their_key_and_variable() {
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert_eq!(c.listen.body_read_timeout, Duration::from_secs(10));
+        assert_eq!(
+            (
+                c.listen.max_connections,
+                c.listen.max_connections_per_source
+            ),
+            (4096, 1024)
+        );
+        assert_eq!(c.listen.http2_max_concurrent_streams, 100);
+        assert_eq!(c.subscriptions.max_streams_per_principal, 16);
+        assert_eq!(
+            (
+                c.legacy_clients.max_get_streams,
+                c.legacy_clients.max_get_streams_per_principal
+            ),
+            (256, 16)
+        );
+        assert_eq!(
+            (
+                c.admin.max_connections,
+                c.admin.header_read_timeout,
+                c.admin.idle_timeout
+            ),
+            (64, Duration::from_secs(5), Duration::from_secs(30))
+        );
+        // A quarter of the stdio children, at least one.
+        assert_eq!(c.parking.stdio_reserved_children, 2);
+        let stdio = |children: u64, reserved: &str| {
+            format!(
+                "[upstream]\ntransport = \"stdio\"\ncommand = [\"x\"]\nstdio_max_children = {children}\n\
+                 [parking]\n{reserved}\n{}",
+                minimal()
+            )
+        };
+        let one = Config::from_toml_str(&stdio(1, ""), &[], None).unwrap();
+        assert_eq!(one.parking.stdio_reserved_children, 1);
+        let zero = Config::from_toml_str(&stdio(4, "stdio_reserved_children = 0"), &[], None);
+        assert_eq!(zero.unwrap().parking.stdio_reserved_children, 0);
+        assert_eq!(
+            err_of(&stdio(4, "stdio_reserved_children = 5")).key,
+            "parking.stdio_reserved_children"
+        );
+        for (section, body, key) in [
+            (
+                "listen",
+                "body_read_timeout = \"0s\"",
+                "listen.body_read_timeout",
+            ),
+            (
+                "listen",
+                "body_read_timeout = \"11m\"",
+                "listen.body_read_timeout",
+            ),
+            ("listen", "max_connections = 0", "listen.max_connections"),
+            (
+                "listen",
+                "max_connections_per_source = 0",
+                "listen.max_connections_per_source",
+            ),
+            (
+                "listen",
+                "http2_max_concurrent_streams = 0",
+                "listen.http2_max_concurrent_streams",
+            ),
+            ("admin", "max_connections = 0", "admin.max_connections"),
+            ("admin", "idle_timeout = \"0s\"", "admin.idle_timeout"),
+            (
+                "admin",
+                "allowed_hosts = [\"http://x\"]",
+                "admin.allowed_hosts[0]",
+            ),
+            (
+                "subscriptions",
+                "max_streams_per_principal = 0",
+                "subscriptions.max_streams_per_principal",
+            ),
+            (
+                "legacy_clients",
+                "max_get_streams = 0",
+                "legacy_clients.max_get_streams",
+            ),
+            (
+                "legacy_clients",
+                "max_get_streams_per_principal = 0",
+                "legacy_clients.max_get_streams_per_principal",
+            ),
+        ] {
+            let e = err_of(&format!("[{section}]\n{body}\n{}", minimal()));
+            assert_eq!(e.key, key, "{body}: {e}");
+        }
+        let vars = vec![(
+            "MRTR_GATEWAY__LISTEN__MAX_CONNECTIONS_PER_SOURCE".to_string(),
+            "0".to_string(),
+        )];
+        let e = Config::from_toml_str(&minimal(), &vars, None).unwrap_err();
+        assert_eq!(e.key, "listen.max_connections_per_source");
+        assert_eq!(
+            e.env_var.as_deref(),
+            Some("MRTR_GATEWAY__LISTEN__MAX_CONNECTIONS_PER_SOURCE")
+        );
+    }
+
+    #[test]
+    fn roots_refresh_keys_have_defaults_bounds_and_environment_overrides() {
+        let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+        assert_eq!(c.pool.roots_refresh_wait, Duration::from_secs(1));
+        assert_eq!(c.pool.roots_refresh_probes, 3);
+        let c = Config::from_toml_str(
+            &format!("[pool]\nroots_refresh_wait = \"0s\"\n{}", minimal()),
+            &[],
+            None,
+        )
+        .unwrap();
+        assert!(c.pool.roots_refresh_wait.is_zero(), "0s: never wait");
+        for (body, key) in [
+            ("roots_refresh_wait = \"61s\"", "pool.roots_refresh_wait"),
+            ("roots_refresh_wait = \"soon\"", "pool.roots_refresh_wait"),
+            ("roots_refresh_probes = 0", "pool.roots_refresh_probes"),
+            ("roots_refresh_probes = 1001", "pool.roots_refresh_probes"),
+        ] {
+            let e = err_of(&format!("[pool]\n{body}\n{}", minimal()));
+            assert_eq!(e.key, key, "{body}: {e}");
+        }
+        let vars = vec![(
+            "MRTR_GATEWAY__POOL__ROOTS_REFRESH_WAIT".to_string(),
+            "2m".to_string(),
+        )];
+        let e = Config::from_toml_str(&minimal(), &vars, None).unwrap_err();
+        assert_eq!(e.key, "pool.roots_refresh_wait");
+        assert_eq!(
+            e.env_var.as_deref(),
+            Some("MRTR_GATEWAY__POOL__ROOTS_REFRESH_WAIT")
+        );
+    }
+
+    #[test]
+    fn secrets_accept_both_alphabets() {
+        assert!(decode_secret(KEY).is_ok());
+        assert!(decode_secret(KEY.trim_end_matches('=')).is_ok());
+        let url_safe = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([0xfbu8; 32]);
+        assert_eq!(decode_secret(&url_safe).unwrap(), [0xfb; 32]);
+    }
+}

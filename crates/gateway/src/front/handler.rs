@@ -1,0 +1,448 @@
+//! The request path for the modern MCP endpoint, phase by phase.
+
+use std::sync::Arc;
+
+use tracing::Instrument;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use serde_json::Value;
+
+use super::admission;
+use super::ingress::{self, Parsed};
+use super::listener::ConnInfo;
+use super::respond::{self, Body};
+use super::{legacy_passthrough, listen, request_body};
+use crate::auth::{AuthRequest, Authenticator, Principal};
+use crate::caller_scope::Caller;
+use crate::caller_scope::CallerScope;
+use crate::config::Config;
+use crate::error::Rejection;
+use crate::gateway::Gateway;
+use crate::legacy::capabilities::Declared;
+use crate::legacy::session::SESSION_HEADER;
+use crate::metrics::method_label;
+use crate::mrtr::engine::{self, Call};
+use mrtr_wire::protocol::methods::{Route, route};
+
+/// Counts the outcome and writes the one access-log line of the request (inside its span,
+/// which carries the request id and instance id). Never logs payloads, states or answers.
+fn record(gw: &Gateway, method: &str, outcome: &Result<Value, Rejection>) {
+    let kind = match outcome {
+        Ok(r) if r.get("resultType").and_then(Value::as_str) == Some("input_required") => {
+            "input_required"
+        }
+        Ok(_) => "complete",
+        Err(rej) => {
+            gw.metrics
+                .rejections
+                .with_label_values(&[rej.reason, rej.fault.as_str()])
+                .inc();
+            "error"
+        }
+    };
+    match outcome {
+        Err(rej) => tracing::info!(
+            method = method_label(method),
+            outcome = kind,
+            status = rej.status.as_u16(),
+            code = rej.error.code,
+            reason = rej.reason,
+            fault = rej.fault.as_str(),
+            "request done"
+        ),
+        Ok(_) => tracing::info!(
+            method = method_label(method),
+            outcome = kind,
+            "request done"
+        ),
+    }
+    gw.metrics
+        .requests
+        .with_label_values(&[method_label(method), kind])
+        .inc();
+}
+
+fn refuse(gw: &Gateway, method: &str, id: Option<&Value>, rej: Rejection) -> Response<Body> {
+    let response = respond::rejection(id, &rej);
+    record(gw, method, &Err(rej));
+    response
+}
+
+fn accepts_sse(headers: &HeaderMap) -> bool {
+    match headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
+        None => true,
+        Some(a) => a.contains("text/event-stream") || a.contains("*/*"),
+    }
+}
+
+/// Whether a browser `Origin` may call the endpoint: listed in `listen.allowed_origins`, or,
+/// with an empty list, a loopback origin.
+fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
+    if !allowed.is_empty() {
+        return allowed.iter().any(|a| a == origin);
+    }
+    url::Url::parse(origin).is_ok_and(|u| match u.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    })
+}
+
+/// Serves one HTTP request on the gateway's listener.
+pub async fn handle(
+    gw: Arc<Gateway>,
+    req: Request<hyper::body::Incoming>,
+    conn: &ConnInfo,
+) -> Response<Body> {
+    let cfg = gw.config();
+    let request_id = crate::request_id::RequestId::new();
+    let span = tracing::info_span!(
+        "request",
+        request_id = %request_id,
+        instance_id = %gw.instance_id,
+    );
+    request_id
+        .scope(handle_inner(gw, req, conn, &cfg, span.clone()).instrument(span))
+        .await
+}
+
+/// The phases before a request holds anything: Origin, endpoint, caller, body. Each refusal
+/// here costs the gateway no request slot, so a client that stalls or is refused cannot take
+/// one from the others.
+async fn handle_inner(
+    gw: Arc<Gateway>,
+    req: Request<hyper::body::Incoming>,
+    conn: &ConnInfo,
+    cfg: &Config,
+    span: tracing::Span,
+) -> Response<Body> {
+    // Origin: browsers send it; a page from elsewhere must not drive the user's tools.
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let ok = origin
+            .to_str()
+            .is_ok_and(|o| origin_allowed(o, &cfg.listen.allowed_origins));
+        if !ok {
+            let rej = Rejection::new(
+                StatusCode::FORBIDDEN,
+                mrtr_wire::jsonrpc::codes::INVALID_REQUEST,
+                "this Origin is not allowed (listen.allowed_origins)",
+                crate::error::Fault::Client,
+                "origin_forbidden",
+            );
+            return refuse(&gw, "other", None, rej);
+        }
+    }
+
+    // Phase 1: the endpoint. Only `listen.path`, only POST (2026-07-28 has no GET stream and
+    // no sessions to DELETE) — except for legacy clients of the dual-era front, whose GET or
+    // DELETE names a session (checked once the caller is known).
+    if req.uri().path() != cfg.listen.path {
+        let rej = Rejection::new(
+            StatusCode::NOT_FOUND,
+            mrtr_wire::jsonrpc::codes::INVALID_REQUEST,
+            format!("no MCP endpoint here; it is at {}", cfg.listen.path),
+            crate::error::Fault::Client,
+            "wrong_path",
+        );
+        return refuse(&gw, "other", None, rej);
+    }
+    let bodyless_session = matches!(*req.method(), Method::GET | Method::DELETE)
+        && req.headers().contains_key(SESSION_HEADER);
+    if req.method() != Method::POST && !bodyless_session {
+        return refuse(&gw, "other", None, method_not_allowed());
+    }
+
+    // Phase 2: who is calling, from the headers alone: every request is authenticated on its
+    // own (there is no session), before its body is read or a slot is taken, so an
+    // unauthenticated caller holds nothing and learns nothing more.
+    let auth = gw.auth();
+    let principal = match auth
+        .authenticate(AuthRequest {
+            headers: req.headers(),
+            peer: conn.peer,
+            client_cert_der: conn.client_cert_der.as_deref().map(Vec::as_slice),
+        })
+        .await
+    {
+        Ok(p) => p,
+        Err(e) => return refuse(&gw, "other", None, e.into()),
+    };
+    let caller = Caller::of(
+        principal.as_str(),
+        conn.peer.ip(),
+        principal.as_str() == crate::auth::ANONYMOUS,
+    );
+
+    // Phase 3: the body, within its size limit and its deadline. A late body closes the
+    // connection: the rest of it must not be read as the next request.
+    let (parts, body) = req.into_parts();
+    let bytes = if bodyless_session {
+        Bytes::new()
+    } else {
+        match request_body::read(
+            body,
+            cfg.listen.max_body_bytes,
+            cfg.listen.body_read_timeout,
+            &gw.metrics.requests_reading_body,
+        )
+        .await
+        {
+            Ok(b) => b,
+            Err(e) => {
+                if let Some(limit) = e.limit() {
+                    gw.metrics.limit_hits.with_label_values(&[limit]).inc();
+                }
+                if e.closes_connection() {
+                    conn.close.cancel();
+                }
+                return refuse(&gw, "other", None, e.into());
+            }
+        }
+    };
+
+    // Phase 4: a request slot, now that the request is real; held until the response body
+    // is done (long-lived streams give it back once they start).
+    let slot = match admission::take_slot(&gw) {
+        Ok(slot) => slot,
+        Err(rej) => return refuse(&gw, "other", None, rej),
+    };
+    let request = Admitted {
+        parts,
+        bytes,
+        principal,
+        caller,
+        auth,
+    };
+    let response = if bodyless_session {
+        serve_bodyless_session(&gw, request).await
+    } else {
+        serve(gw, request, span).await
+    };
+    admission::hold_until_done(response, slot)
+}
+
+fn method_not_allowed() -> Rejection {
+    Rejection::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        mrtr_wire::jsonrpc::codes::INVALID_REQUEST,
+        "this MCP endpoint accepts POST only (2026-07-28 has no GET stream and no sessions)",
+        crate::error::Fault::Client,
+        "method_not_allowed",
+    )
+    .with_header(header::ALLOW, "POST")
+}
+
+/// A request that passed the front's admission: authenticated, body read, slot held.
+struct Admitted {
+    parts: http::request::Parts,
+    bytes: Bytes,
+    principal: Principal,
+    caller: Caller,
+    auth: Arc<Authenticator>,
+}
+
+/// Hook (dual-era front): a legacy client's GET stream or DELETE on a session this gateway
+/// sealed is passed through; any other GET or DELETE is still 405.
+async fn serve_bodyless_session(gw: &Gateway, r: Admitted) -> Response<Body> {
+    if !legacy_passthrough::is_session_bodyless(gw, &r.parts.method, &r.parts.headers) {
+        return refuse(gw, "other", None, method_not_allowed());
+    }
+    match legacy_passthrough::serve_session(
+        gw,
+        r.parts.method,
+        &r.parts.headers,
+        None,
+        r.principal.as_str(),
+        &r.caller,
+    )
+    .await
+    {
+        Ok(response) => response,
+        Err(rej) => refuse(gw, "other", None, rej),
+    }
+}
+
+/// The request path for an admitted POST: the legacy-client hook, the JSON-RPC ladder,
+/// routing, and serving.
+async fn serve(gw: Arc<Gateway>, r: Admitted, span: tracing::Span) -> Response<Body> {
+    let Admitted {
+        parts,
+        bytes,
+        principal,
+        caller,
+        auth,
+    } = r;
+    // Hook (dual-era front): a POST on a legacy client's session goes to the legacy server
+    // as it is, before modern parsing (it may be a notification, a batch, or an answer).
+    if legacy_passthrough::is_session_post(&parts.headers) {
+        return match legacy_passthrough::serve_session(
+            &gw,
+            Method::POST,
+            &parts.headers,
+            Some(bytes),
+            principal.as_str(),
+            &caller,
+        )
+        .await
+        {
+            Ok(response) => response,
+            Err(rej) => refuse(&gw, "other", None, rej),
+        };
+    }
+
+    // Phase 5: JSON-RPC envelope, then headers / version / _meta in the spec's order.
+    let env = match ingress::parse_envelope(&bytes) {
+        Ok(Parsed::Request(env)) => env,
+        Ok(Parsed::Notification) => return respond::empty(StatusCode::ACCEPTED),
+        Err(refused) => {
+            let (id, rej) = *refused;
+            return refuse(&gw, "other", id.as_ref(), rej);
+        }
+    };
+    // Hook (dual-era front): a legacy `initialize` selects legacy semantics; it skips the
+    // modern header ladder and opens a passed-through legacy session. One sent as a
+    // 2026-07-28 request (the version in the header or in `_meta`) asks for a method that
+    // revision removed: 404 + -32601, naming the versions to use instead (what a modern-only
+    // server answers to `initialize`).
+    if env.method == "initialize" {
+        if !legacy_passthrough::is_legacy_initialize(&parts.headers, env.params.as_ref()) {
+            let rej = Rejection::method_not_found(&env.method).with_data(
+                serde_json::json!({"supported": mrtr_wire::protocol::SUPPORTED_VERSIONS}),
+            );
+            return refuse(&gw, &env.method, Some(&env.id), rej);
+        }
+        return match legacy_passthrough::serve_initialize(
+            &gw,
+            &parts.headers,
+            bytes,
+            env.params.as_ref(),
+            principal.as_str(),
+        )
+        .await
+        {
+            Ok(response) => {
+                record(&gw, &env.method, &Ok(Value::Null));
+                response
+            }
+            Err(rej) => refuse(&gw, &env.method, Some(&env.id), rej),
+        };
+    }
+    let meta = match ingress::validate(&parts.headers, &env) {
+        Ok(m) => m,
+        Err(rej) => return refuse(&gw, &env.method, Some(&env.id), rej),
+    };
+
+    // Phase 6: routing. Removed and unknown methods are "not found" here; a method the legacy
+    // server does not offer is "not found" once the caller's own session shows it (the
+    // engine checks, on the session that would serve it). Nothing is decided from another
+    // caller's session.
+    let r = route(&env.method);
+    if r == Route::NotFound {
+        return refuse(
+            &gw,
+            &env.method,
+            Some(&env.id),
+            Rejection::method_not_found(&env.method),
+        );
+    }
+    let scope = CallerScope::new(principal.0.clone(), auth.credential_key(&parts.headers));
+    if r == Route::Listen {
+        // Hook (subscriptions/listen): a long-lived stream with a legacy session of its own.
+        let params = env.params.clone().unwrap_or(Value::Null);
+        return match listen::serve(
+            &gw,
+            &caller,
+            &env.id,
+            &params,
+            accepts_sse(&parts.headers),
+            upstream_headers(&parts.headers, env.params.as_ref(), &auth),
+            &scope,
+        )
+        .await
+        {
+            Ok(response) => {
+                record(&gw, &env.method, &Ok(Value::Null));
+                response
+            }
+            Err(rej) => refuse(&gw, &env.method, Some(&env.id), rej),
+        };
+    }
+    if r == Route::Discover {
+        // The caller's own view: its session's InitializeResult, never another caller's.
+        let outcome = crate::discover::serve(
+            &gw,
+            &scope,
+            &Declared::from_modern(&meta.client_capabilities),
+            upstream_headers(&parts.headers, env.params.as_ref(), &auth),
+            listen::supported(&gw.upstream()),
+        )
+        .await;
+        return match outcome {
+            Ok(result) => {
+                let response = respond::json(
+                    StatusCode::OK,
+                    &mrtr_wire::jsonrpc::result_response(&env.id, result.clone()),
+                );
+                record(&gw, &env.method, &Ok(result));
+                response
+            }
+            Err(rej) => refuse(&gw, &env.method, Some(&env.id), rej),
+        };
+    }
+
+    // Phase 7: serve through a legacy session; stream notifications if any come first.
+    let call = Call {
+        id: env.id.clone(),
+        method: env.method.clone(),
+        params: env
+            .params
+            .clone()
+            .unwrap_or_else(|| Value::Object(Default::default())),
+        meta,
+        principal: principal.0,
+        caller,
+        upstream_headers: upstream_headers(&parts.headers, env.params.as_ref(), &auth),
+        credential: auth.credential_key(&parts.headers),
+    };
+    let sse = accepts_sse(&parts.headers);
+    let gw_work = gw.clone();
+    let gw_done = gw.clone();
+    let method = env.method.clone();
+    let work_span = span.clone();
+    respond::run(
+        env.id,
+        sse,
+        move |sink, cancel| {
+            async move { engine::serve(&gw_work, &call, &sink, &cancel).await }
+                .instrument(work_span)
+        },
+        move |outcome| span.in_scope(|| record(&gw_done, &method, outcome)),
+    )
+    .await
+}
+
+/// Headers passed on to the legacy server: the credentials `[auth] upstream_credentials`
+/// asks for, and W3C trace context.
+/// Trace context comes from the HTTP headers, or else from `params._meta` (where 2026-07-28
+/// clients may put it); legacy servers read it from either place.
+pub(super) fn upstream_headers(
+    h: &HeaderMap,
+    params: Option<&Value>,
+    auth: &Authenticator,
+) -> HeaderMap {
+    let mut out = auth.upstream_headers(h);
+    for name in ["traceparent", "tracestate", "baggage"] {
+        let value = h.get(name).cloned().or_else(|| {
+            params
+                .and_then(|p| p.pointer(&format!("/_meta/{name}")))
+                .and_then(Value::as_str)
+                .and_then(|s| http::HeaderValue::from_str(s).ok())
+        });
+        if let Some(v) = value {
+            out.insert(http::HeaderName::from_static(name), v);
+        }
+    }
+    out
+}

@@ -1,0 +1,98 @@
+//! Reading a request body: within `listen.max_body_bytes`, and by `listen.body_read_timeout`.
+//!
+//! The deadline covers the whole body, from the moment its headers were read to its last
+//! byte, whatever the pace of its frames: a client that trickles one byte a second is as
+//! stalled as one that sends nothing. A late body is answered 408 and its connection is
+//! closed once the answer is sent (the rest of the body may still come, and must not be read
+//! as a next request). The caller does the closing; this module only reads.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Incoming;
+
+use crate::error::{Fault, Rejection};
+use mrtr_wire::jsonrpc::codes;
+
+/// Why a body could not be read.
+#[derive(Debug)]
+pub enum BodyError {
+    /// More than the limit, in bytes.
+    TooLarge(usize),
+    /// Not complete within the deadline.
+    Late(Duration),
+    /// The connection failed or the framing was broken.
+    Broken(String),
+}
+
+impl BodyError {
+    /// The `limit_hits_total` label, for the failures a configured limit caused.
+    pub fn limit(&self) -> Option<&'static str> {
+        match self {
+            BodyError::TooLarge(_) => Some("max_body_bytes"),
+            BodyError::Late(_) => Some("body_read_timeout"),
+            BodyError::Broken(_) => None,
+        }
+    }
+
+    /// Whether the connection must be closed after the answer.
+    pub fn closes_connection(&self) -> bool {
+        matches!(self, BodyError::Late(_))
+    }
+}
+
+impl From<BodyError> for Rejection {
+    fn from(e: BodyError) -> Rejection {
+        match e {
+            BodyError::TooLarge(limit) => Rejection::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                codes::INVALID_REQUEST,
+                format!("the request body exceeds listen.max_body_bytes ({limit} bytes)"),
+                Fault::Client,
+                "body_too_large",
+            ),
+            BodyError::Late(limit) => Rejection::new(
+                StatusCode::REQUEST_TIMEOUT,
+                codes::INVALID_REQUEST,
+                format!(
+                    "the request body did not arrive within listen.body_read_timeout ({}); the connection is closed",
+                    humantime::format_duration(limit)
+                ),
+                Fault::Client,
+                "body_read_timeout",
+            ),
+            BodyError::Broken(detail) => {
+                Rejection::invalid_request(format!("could not read the request body: {detail}"))
+            }
+        }
+    }
+}
+
+/// Counts a request in `requests_reading_body` while its body arrives.
+struct Reading(prometheus::IntGauge);
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// The whole body, at most `max_bytes`, complete within `deadline`; `reading` counts the
+/// requests waiting for theirs.
+pub async fn read(
+    body: Incoming,
+    max_bytes: usize,
+    deadline: Duration,
+    reading: &prometheus::IntGauge,
+) -> Result<Bytes, BodyError> {
+    reading.inc();
+    let _reading = Reading(reading.clone());
+    match tokio::time::timeout(deadline, Limited::new(body, max_bytes).collect()).await {
+        Err(_) => Err(BodyError::Late(deadline)),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => Err(BodyError::TooLarge(max_bytes)),
+        Ok(Err(e)) => Err(BodyError::Broken(e.to_string())),
+    }
+}

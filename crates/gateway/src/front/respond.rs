@@ -1,0 +1,209 @@
+//! Building HTTP responses: JSON bodies, SSE streams, and errors with JSON-RPC bodies.
+//!
+//! A request starts as a plain JSON exchange and switches to SSE only when there is
+//! something to stream before the result (progress, logs). The work runs in its own task; the
+//! response (or its streaming body) holds a guard whose drop cancels that work, so a client
+//! that goes away cancels the legacy call.
+
+use std::convert::Infallible;
+use std::future::Future;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::error::Rejection;
+use crate::mrtr::engine::Sink;
+use mrtr_wire::jsonrpc;
+
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed_unsync()
+}
+
+pub fn empty(status: StatusCode) -> Response<Body> {
+    let mut r = Response::new(full(Bytes::new()));
+    *r.status_mut() = status;
+    r
+}
+
+pub fn json(status: StatusCode, v: &Value) -> Response<Body> {
+    let mut r = Response::new(full(serde_json::to_vec(v).expect("JSON values serialize")));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// An error response: the rejection's status, extra headers, and a JSON-RPC error body.
+pub fn rejection(id: Option<&Value>, rej: &Rejection) -> Response<Body> {
+    let mut r = json(rej.status, &jsonrpc::error_response(id, &rej.error));
+    for (name, value) in &rej.headers {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            r.headers_mut().append(name.clone(), v);
+        }
+    }
+    r
+}
+
+/// One SSE `message` event carrying `msg`.
+pub fn sse_event(msg: &Value) -> Bytes {
+    let mut buf = Vec::with_capacity(128);
+    buf.extend_from_slice(b"event: message\ndata: ");
+    serde_json::to_writer(&mut buf, msg).expect("JSON values serialize");
+    buf.extend_from_slice(b"\n\n");
+    Bytes::from(buf)
+}
+
+fn sse_frame(msg: &Value) -> Result<Frame<Bytes>, Infallible> {
+    Ok(Frame::data(sse_event(msg)))
+}
+
+/// A `200 text/event-stream` response around `body`, neither cached nor buffered by proxies.
+pub fn sse_response(body: Body) -> Response<Body> {
+    let mut r = Response::new(body);
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r
+}
+
+/// The final JSON-RPC message of a request.
+fn final_message(id: &Value, outcome: &Result<Value, Rejection>) -> Value {
+    match outcome {
+        Ok(result) => jsonrpc::result_response(id, result.clone()),
+        Err(rej) => jsonrpc::error_response(Some(id), &rej.error),
+    }
+}
+
+fn join_failure() -> Rejection {
+    Rejection::internal(
+        "the gateway failed while serving this request",
+        "internal_panic",
+    )
+}
+
+/// Runs `work` and answers with JSON, or with SSE once `work` emits a notification first.
+/// `on_done` sees the outcome once (for metrics), whichever way it is delivered.
+pub async fn run<W, Fut>(
+    id: Value,
+    accepts_sse: bool,
+    work: W,
+    on_done: impl FnOnce(&Result<Value, Rejection>) + Send + 'static,
+) -> Response<Body>
+where
+    W: FnOnce(Sink, CancellationToken) -> Fut,
+    Fut: Future<Output = Result<Value, Rejection>> + Send + 'static,
+{
+    let cancel = CancellationToken::new();
+    let guard = cancel.clone().drop_guard();
+    let (tx, mut rx) = mpsc::channel::<Value>(64);
+    let sink = Sink::new(accepts_sse.then_some(tx));
+    // The work is still part of this request (its failures name the request id).
+    let mut task = tokio::spawn(crate::request_id::RequestId::carry(work(sink, cancel)));
+
+    let first = tokio::select! {
+        biased;
+        n = rx.recv(), if accepts_sse => n,
+        res = &mut task => {
+            let outcome = res.unwrap_or_else(|_| Err(join_failure()));
+            on_done(&outcome);
+            return match outcome {
+                Ok(result) => json(StatusCode::OK, &jsonrpc::result_response(&id, result)),
+                Err(rej) => rejection(Some(&id), &rej),
+            };
+        }
+    };
+    let Some(first) = first else {
+        // The work ended without streaming anything (its sink is gone): plain JSON.
+        let outcome = task.await.unwrap_or_else(|_| Err(join_failure()));
+        on_done(&outcome);
+        return match outcome {
+            Ok(result) => json(StatusCode::OK, &jsonrpc::result_response(&id, result)),
+            Err(rej) => rejection(Some(&id), &rej),
+        };
+    };
+
+    struct StreamState<D> {
+        first: Option<Value>,
+        rx: mpsc::Receiver<Value>,
+        task: Option<tokio::task::JoinHandle<Result<Value, Rejection>>>,
+        id: Value,
+        on_done: Option<D>,
+        _guard: DropGuard,
+    }
+    let state = StreamState {
+        first: Some(first),
+        rx,
+        task: Some(task),
+        id,
+        on_done: Some(on_done),
+        _guard: guard,
+    };
+    let stream = futures_util::stream::unfold(state, |mut st| async move {
+        if let Some(f) = st.first.take() {
+            return Some((sse_frame(&f), st));
+        }
+        if let Some(n) = st.rx.recv().await {
+            return Some((sse_frame(&n), st));
+        }
+        let task = st.task.take()?;
+        let outcome = task.await.unwrap_or_else(|_| Err(join_failure()));
+        if let Some(done) = st.on_done.take() {
+            done(&outcome);
+        }
+        let frame = sse_frame(&final_message(&st.id, &outcome));
+        Some((frame, st))
+    });
+    sse_response(BodyExt::boxed_unsync(StreamBody::new(stream)))
+}
+
+/// A body that keeps `guard` alive until the body is dropped (its last byte sent, or the
+/// client gone): request slots and per-connection activity counters live that long.
+struct Guarded {
+    inner: Body,
+    _guard: Box<dyn Send>,
+}
+
+impl hyper::body::Body for Guarded {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Ties `guard`'s lifetime to the response body.
+pub fn with_guard(resp: Response<Body>, guard: impl Send + 'static) -> Response<Body> {
+    resp.map(|inner| {
+        Guarded {
+            inner,
+            _guard: Box::new(guard),
+        }
+        .boxed_unsync()
+    })
+}

@@ -1,0 +1,366 @@
+//! Warm legacy sessions, checked out exclusively by one call at a time.
+//!
+//! Opening a legacy session costs several round trips (`initialize`, `initialized`, the GET
+//! stream) — for stdio, a whole process. The pool keeps sessions that ended a call cleanly and
+//! hands them to the next call with the same key: the caller's scope (principal and forwarded
+//! credential) and the declared capability set (a legacy session's capabilities are fixed at
+//! `initialize`). A checked-out session belongs to one call only, so every server request on
+//! it — GET stream included — belongs to that call. A session remembers whether its server has
+//! asked for roots, so the next request declaring roots can make it ask again
+//! ([`super::roots_refresh`]).
+//!
+//! A session is not returned after anything unusual (the engine abandons it instead: cancel,
+//! timeout, error, parking). At checkout, what arrived while it sat idle is inspected: a
+//! server request no call can own, or a stream that ended, discards the session. Bounds:
+//! `pool.max_idle_per_key`, `pool.max_idle`, `pool.idle_timeout`. `pool.mode = "per-call"`
+//! turns pooling off for legacy servers that keep per-session state across calls.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::capabilities::Declared;
+use super::relay::{NotificationRelay, is_session_wide};
+use super::roots_refresh::RootsRefreshMemory;
+use super::session::{Inbound, LegacySession, StreamTag};
+use crate::caller_scope::CallerScope;
+use crate::config::{PoolConfig, PoolMode};
+use mrtr_wire::jsonrpc::{self, MessageKind};
+
+/// Which sessions may be shared.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    /// Whom the session works for: principal and forwarded credential.
+    pub scope: CallerScope,
+    /// `Declared::label()` of the capabilities the session declared.
+    pub capabilities: String,
+}
+
+impl PoolKey {
+    /// The key a request of `scope` declaring `declared` uses.
+    pub fn new(scope: &CallerScope, declared: &Declared) -> PoolKey {
+        PoolKey {
+            scope: scope.clone(),
+            capabilities: declared.label(),
+        }
+    }
+}
+
+/// A session out of the pool (or newly opened), with what its earlier users left behind that
+/// the next one must know.
+pub struct Lease {
+    pub session: LegacySession,
+    pub inbound: mpsc::Receiver<Inbound>,
+    /// The server has asked this session's client for roots before: it may have cached them
+    /// (see [`super::roots_refresh`]).
+    pub roots_asked: bool,
+}
+
+impl Lease {
+    /// A session nobody has used yet.
+    pub fn fresh(session: LegacySession, inbound: mpsc::Receiver<Inbound>) -> Lease {
+        Lease {
+            session,
+            inbound,
+            roots_asked: false,
+        }
+    }
+}
+
+struct Idle {
+    session: LegacySession,
+    roots_asked: bool,
+    since: Instant,
+    stop: CancellationToken,
+    /// Watches the session while it is idle; hands the receiver back, with why the session
+    /// became unusable, if it did.
+    watcher: tokio::task::JoinHandle<(mpsc::Receiver<Inbound>, Option<&'static str>)>,
+}
+
+/// Reads an idle session's messages: relays session-wide notifications to the listen streams
+/// of the caller the session works for (a change made by the call that just finished often
+/// arrives after its response), ignores late leftovers of that call, and stops at the first
+/// sign the session cannot be reused.
+async fn watch(
+    mut inbound: mpsc::Receiver<Inbound>,
+    stop: CancellationToken,
+    relay: Option<(Arc<NotificationRelay>, CallerScope)>,
+) -> (mpsc::Receiver<Inbound>, Option<&'static str>) {
+    loop {
+        let item = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return (inbound, None),
+            item = inbound.recv() => item,
+        };
+        match item {
+            Some(Inbound::Message(_, msg)) => match jsonrpc::classify(&msg) {
+                // Nobody can answer it now, and it may block the server: start fresh later.
+                MessageKind::Request => return (inbound, Some("unattributed_request")),
+                MessageKind::Notification => {
+                    let method = msg
+                        .get("method")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    if is_session_wide(method)
+                        && let Some((relay, scope)) = &relay
+                    {
+                        relay.publish(scope, &msg);
+                    }
+                }
+                _ => {}
+            },
+            Some(Inbound::Ended {
+                stream: StreamTag::Get,
+                ..
+            })
+            | None => return (inbound, Some("stream_ended")),
+            Some(Inbound::Ended { .. }) => {}
+        }
+    }
+}
+
+pub struct PoolMetrics {
+    pub idle: prometheus::IntGauge,
+    pub checkouts: prometheus::IntCounterVec,
+    pub discards: prometheus::IntCounterVec,
+}
+
+pub struct SessionPool {
+    idle: Mutex<HashMap<PoolKey, Vec<Idle>>>,
+    metrics: PoolMetrics,
+    /// Where idle sessions' session-wide notifications go (this replica's listen streams of
+    /// the session's caller).
+    relay: Option<Arc<NotificationRelay>>,
+    /// How this upstream answers `notifications/roots/list_changed` on reused sessions.
+    roots_memory: RootsRefreshMemory,
+    /// `pool.idle_timeout` in milliseconds, for the sweeper (updated on reload).
+    idle_timeout_ms: std::sync::atomic::AtomicU64,
+}
+
+impl SessionPool {
+    pub fn new(
+        metrics: PoolMetrics,
+        idle_timeout: Duration,
+        relay: Option<Arc<NotificationRelay>>,
+    ) -> SessionPool {
+        SessionPool {
+            idle: Mutex::new(HashMap::new()),
+            metrics,
+            relay,
+            roots_memory: RootsRefreshMemory::default(),
+            idle_timeout_ms: std::sync::atomic::AtomicU64::new(idle_timeout.as_millis() as u64),
+        }
+    }
+
+    /// What the gateway learned about roots refreshes on this upstream (reset on reload).
+    pub fn roots_memory(&self) -> &RootsRefreshMemory {
+        &self.roots_memory
+    }
+
+    pub fn set_idle_timeout(&self, d: Duration) {
+        self.idle_timeout_ms
+            .store(d.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Sweeps idle sessions every second until `shutdown`, then closes them all.
+    pub async fn run_sweeper(
+        self: std::sync::Arc<Self>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    self.clear().await;
+                    return;
+                }
+                _ = tick.tick() => {
+                    let ms = self.idle_timeout_ms.load(std::sync::atomic::Ordering::Relaxed);
+                    self.sweep(Duration::from_millis(ms)).await;
+                }
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PoolKey, Vec<Idle>>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn total(map: &HashMap<PoolKey, Vec<Idle>>) -> usize {
+        map.values().map(Vec::len).sum()
+    }
+
+    pub fn idle_count(&self) -> usize {
+        Self::total(&self.lock())
+    }
+
+    /// A warm session for `key`, if one is idle and still usable.
+    pub async fn checkout(&self, key: &PoolKey, cfg: &PoolConfig) -> Option<Lease> {
+        if cfg.mode == PoolMode::PerCall {
+            return None;
+        }
+        loop {
+            let candidate = {
+                let mut map = self.lock();
+                let c = map.get_mut(key).and_then(Vec::pop);
+                if map.get(key).is_some_and(Vec::is_empty) {
+                    map.remove(key);
+                }
+                self.metrics.idle.set(Self::total(&map) as i64);
+                c
+            };
+            let Some(idle) = candidate else {
+                self.metrics.checkouts.with_label_values(&["miss"]).inc();
+                return None;
+            };
+            idle.stop.cancel();
+            let Ok((inbound, watched)) = idle.watcher.await else {
+                self.metrics
+                    .discards
+                    .with_label_values(&["unhealthy"])
+                    .inc();
+                idle.session.close().await;
+                continue;
+            };
+            let reason = if idle.since.elapsed() >= cfg.idle_timeout {
+                Some("idle_timeout")
+            } else if !idle.session.is_healthy() {
+                Some("unhealthy")
+            } else {
+                watched
+            };
+            match reason {
+                None => {
+                    self.metrics.checkouts.with_label_values(&["hit"]).inc();
+                    return Some(Lease {
+                        session: idle.session,
+                        inbound,
+                        roots_asked: idle.roots_asked,
+                    });
+                }
+                Some(r) => {
+                    self.metrics.discards.with_label_values(&[r]).inc();
+                    idle.session.close().await;
+                }
+            }
+        }
+    }
+
+    /// Returns a session after a clean completion, or closes it when pooling is off or full.
+    pub async fn checkin(&self, key: PoolKey, lease: Lease, cfg: &PoolConfig) {
+        let Lease {
+            session,
+            inbound,
+            roots_asked,
+        } = lease;
+        let refused = if cfg.mode == PoolMode::PerCall {
+            None
+        } else if !session.is_healthy() {
+            Some("unhealthy")
+        } else {
+            let mut map = self.lock();
+            let total = Self::total(&map);
+            let here = map.get(&key).map_or(0, Vec::len);
+            if total >= cfg.max_idle || here >= cfg.max_idle_per_key {
+                Some("pool_full")
+            } else {
+                let stop = CancellationToken::new();
+                let relay = self.relay.clone().map(|r| (r, key.scope.clone()));
+                let watcher = tokio::spawn(watch(inbound, stop.clone(), relay));
+                map.entry(key).or_default().push(Idle {
+                    session,
+                    roots_asked,
+                    since: Instant::now(),
+                    stop,
+                    watcher,
+                });
+                self.metrics.idle.set((total + 1) as i64);
+                return;
+            }
+        };
+        if let Some(r) = refused {
+            self.metrics.discards.with_label_values(&[r]).inc();
+        }
+        session.close().await;
+    }
+
+    /// Closes idle sessions past `idle_timeout`; returns how many.
+    pub async fn sweep(&self, idle_timeout: Duration) -> usize {
+        let expired: Vec<Idle> = {
+            let mut map = self.lock();
+            let mut out = Vec::new();
+            for list in map.values_mut() {
+                let (old, keep): (Vec<Idle>, Vec<Idle>) = list
+                    .drain(..)
+                    .partition(|i| i.since.elapsed() >= idle_timeout);
+                *list = keep;
+                out.extend(old);
+            }
+            map.retain(|_, v| !v.is_empty());
+            self.metrics.idle.set(Self::total(&map) as i64);
+            out
+        };
+        let n = expired.len();
+        for i in expired {
+            self.metrics
+                .discards
+                .with_label_values(&["idle_timeout"])
+                .inc();
+            i.session.close().await;
+        }
+        n
+    }
+
+    /// Closes one idle session (any key), to make room when the upstream is at its limit of
+    /// live sessions (stdio children). Returns whether one was closed.
+    pub async fn evict_one(&self) -> bool {
+        let victim = {
+            let mut map = self.lock();
+            let oldest = map
+                .iter()
+                .flat_map(|(k, v)| {
+                    v.iter()
+                        .enumerate()
+                        .map(move |(i, s)| (k.clone(), i, s.since))
+                })
+                .min_by_key(|(_, _, since)| *since);
+            let v = oldest.and_then(|(k, i, _)| {
+                let list = map.get_mut(&k)?;
+                let victim = list.remove(i);
+                if list.is_empty() {
+                    map.remove(&k);
+                }
+                Some(victim)
+            });
+            self.metrics.idle.set(Self::total(&map) as i64);
+            v
+        };
+        match victim {
+            Some(i) => {
+                self.metrics.discards.with_label_values(&["evicted"]).inc();
+                i.stop.cancel();
+                i.session.close().await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Closes every idle session (shutdown, or an upstream change).
+    pub async fn clear(&self) {
+        let all: Vec<Idle> = {
+            let mut map = self.lock();
+            let v = map.drain().flat_map(|(_, v)| v).collect();
+            self.metrics.idle.set(0);
+            v
+        };
+        for i in all {
+            i.stop.cancel();
+            i.session.close().await;
+        }
+    }
+}

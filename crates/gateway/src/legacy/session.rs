@@ -1,0 +1,203 @@
+//! A legacy session, whatever the transport underneath, and what it delivers.
+//!
+//! The engine talks to [`LegacySession`] only: open (through [`super::upstream::Upstream`]),
+//! send a request, answer server requests, notify, cancel, and end the session either cleanly
+//! ([`LegacySession::close`]) or because something went wrong ([`LegacySession::discard_expired`]
+//! for a session the server already forgot). Everything the server sends arrives on one
+//! channel as [`Inbound`] items tagged with the stream they came on.
+//!
+//! Three transports sit behind it: Streamable HTTP ([`HttpSession`]), the 2024-11-05
+//! HTTP+SSE transport ([`SseSession`]) and a stdio child process ([`StdioSession`]). The
+//! single-channel ones (SSE, stdio) tag a response `Call(id)` and everything else `Get`.
+
+use http::HeaderName;
+use serde_json::Value;
+
+use std::time::Duration;
+
+use super::http::HttpError;
+use super::http_sse::SseSession;
+use super::stdio::StdioSession;
+use super::streamable_http::HttpSession;
+use mrtr_wire::jsonrpc::ErrorObject;
+
+pub const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
+pub const VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+
+/// Which stream a message arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamTag {
+    /// The standalone GET stream (or, for single-channel transports, anything not tied to a
+    /// request of ours).
+    Get,
+    /// The response stream of the request with this (gateway-minted) id.
+    Call(i64),
+}
+
+/// Something the legacy server sent, or the end of one of its streams.
+#[derive(Debug)]
+pub enum Inbound {
+    Message(StreamTag, Value),
+    Ended {
+        stream: StreamTag,
+        /// `None` for a clean end of stream.
+        error: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    #[error("the legacy server no longer knows this session (HTTP 404)")]
+    Expired,
+    #[error("legacy initialize failed: {0}")]
+    Initialize(String),
+    /// The legacy server answered `initialize` with an HTTP error status (`body` is for logs).
+    #[error("legacy initialize failed: HTTP {status}: {body}")]
+    InitializeStatus {
+        status: http::StatusCode,
+        body: String,
+    },
+    #[error("the legacy server broke the protocol: {0}")]
+    Protocol(String),
+    /// The stdio server's command could not be started.
+    #[error("{0}")]
+    Spawn(String),
+    /// The session's process or connection has already ended (the reason says how).
+    #[error("{0}")]
+    Gone(String),
+    /// Recent attempts to start the stdio server failed; the next is not due yet.
+    #[error(
+        "not starting `{command}` again for another {retry_in:?}: the last {failures} attempt(s) failed (last: {last})"
+    )]
+    Backoff {
+        command: String,
+        retry_in: Duration,
+        failures: u32,
+        last: String,
+    },
+    /// Every stdio child allowed by `upstream.stdio_max_children` stayed busy.
+    #[error(
+        "all {limit} legacy processes (upstream.stdio_max_children) stayed busy for {waited:?}"
+    )]
+    Saturated { limit: usize, waited: Duration },
+}
+
+/// One legacy session.
+pub enum LegacySession {
+    Http(HttpSession),
+    Sse(SseSession),
+    Stdio(StdioSession),
+}
+
+impl LegacySession {
+    /// The legacy `InitializeResult`.
+    pub fn init_result(&self) -> &Value {
+        match self {
+            LegacySession::Http(s) => &s.init_result,
+            LegacySession::Sse(s) => &s.init_result,
+            LegacySession::Stdio(s) => &s.init_result,
+        }
+    }
+
+    /// The protocol version the server chose.
+    pub fn negotiated_version(&self) -> &str {
+        match self {
+            LegacySession::Http(s) => &s.negotiated_version,
+            LegacySession::Sse(s) => &s.negotiated_version,
+            LegacySession::Stdio(s) => &s.negotiated_version,
+        }
+    }
+
+    /// Counts this session in `gauge` until it ends.
+    pub fn track_with(&mut self, gauge: prometheus::IntGauge) {
+        match self {
+            LegacySession::Http(s) => s.track_with(gauge),
+            LegacySession::Sse(s) => s.track_with(gauge),
+            LegacySession::Stdio(s) => s.track_with(gauge),
+        }
+    }
+
+    /// Sends a request; returns the gateway-minted id its response will carry.
+    pub async fn request(
+        &mut self,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<i64, SessionError> {
+        match self {
+            LegacySession::Http(s) => s.request(method, params).await,
+            LegacySession::Sse(s) => s.request(method, params).await,
+            LegacySession::Stdio(s) => s.request(method, params).await,
+        }
+    }
+
+    /// Answers a server request.
+    pub async fn respond(
+        &self,
+        id: &Value,
+        outcome: Result<Value, ErrorObject>,
+    ) -> Result<(), SessionError> {
+        match self {
+            LegacySession::Http(s) => s.respond(id, outcome).await,
+            LegacySession::Sse(s) => s.respond(id, outcome).await,
+            LegacySession::Stdio(s) => s.respond(id, outcome).await,
+        }
+    }
+
+    pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), SessionError> {
+        match self {
+            LegacySession::Http(s) => s.notify(method, params).await,
+            LegacySession::Sse(s) => s.notify(method, params).await,
+            LegacySession::Stdio(s) => s.notify(method, params).await,
+        }
+    }
+
+    /// Asks the server to stop working on request `id`.
+    pub async fn cancel(&self, id: i64, reason: &str) -> Result<(), SessionError> {
+        match self {
+            LegacySession::Http(s) => s.cancel(id, reason).await,
+            LegacySession::Sse(s) => s.cancel(id, reason).await,
+            LegacySession::Stdio(s) => s.cancel(id, reason).await,
+        }
+    }
+
+    /// Ends the session cleanly.
+    pub async fn close(self) {
+        match self {
+            LegacySession::Http(s) => s.close().await,
+            LegacySession::Sse(s) => s.close(),
+            LegacySession::Stdio(s) => s.close().await,
+        }
+    }
+
+    /// Whether the session can carry another call: its transport is still up and nothing
+    /// has gone wrong on it (for a future pool of warm sessions).
+    /// Whether server requests may also arrive on a second, standalone stream (Streamable
+    /// HTTP's GET stream); such requests can lag behind those on the call's stream.
+    pub fn has_get_stream(&self) -> bool {
+        match self {
+            LegacySession::Http(s) => s.has_get_stream,
+            _ => false,
+        }
+    }
+
+    pub fn is_healthy(&self) -> bool {
+        match self {
+            // Expiry only shows when the next request gets 404 (`SessionError::Expired`).
+            LegacySession::Http(_) => true,
+            LegacySession::Sse(s) => s.is_healthy(),
+            LegacySession::Stdio(s) => s.is_healthy(),
+        }
+    }
+
+    /// Drops a session the server has already forgotten.
+    pub fn discard_expired(self) {
+        match self {
+            LegacySession::Http(s) => s.discard_expired(),
+            LegacySession::Sse(s) => s.close(),
+            // Dropping a stdio session kills its child (see `legacy::stdio`).
+            LegacySession::Stdio(s) => drop(s),
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! One legacy Streamable HTTP session (2025-03-26 … 2025-11-25), as a client.
+//!
+//! Lifecycle: [`HttpSession::open`] POSTs `initialize` with the capabilities it is given,
+//! keeps the `Mcp-Session-Id`, POSTs `notifications/initialized`, then opens the standalone
+//! GET stream (some SDKs send server requests only there; Python's `list_roots()` does).
+//! [`HttpSession::request`] POSTs a request and hands its response stream to a reader task;
+//! [`HttpSession::respond`] answers a server request; [`LegacySession::close`] DELETEs the
+//! session. Dropping a session without closing it still DELETEs it, in the background.
+//!
+//! Everything the server sends, from any stream, arrives on one channel as [`Inbound`] items
+//! tagged with the stream it came on, so the caller reads one place. Server-request ids are
+//! the server's own id space: they are never compared with the ids this side mints. Each
+//! stream is read by a [`StreamContext`] task, which also resumes streams the server only
+//! disconnected (SSE polling) and fails fast on stateless servers (see `http_stream`).
+
+use std::sync::Arc;
+
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
+
+use super::handshake::{self, initialize_params};
+use super::http::{HttpError, UpstreamHttp, UpstreamLimits, is_sse, post_headers, read_body};
+use super::http_stream::StreamContext;
+use super::session::{Inbound, SESSION_HEADER, SessionError, StreamTag, VERSION_HEADER};
+use super::wire::{excerpt, messages_of, to_bytes};
+use mrtr_wire::jsonrpc;
+use mrtr_wire::sse::SseDecoder;
+
+const CHANNEL_DEPTH: usize = 256;
+
+pub struct HttpSession {
+    http: Arc<UpstreamHttp>,
+    session_id: Option<HeaderValue>,
+    /// The version the legacy server chose in its `InitializeResult`.
+    pub negotiated_version: String,
+    /// The legacy `InitializeResult`, as received.
+    pub init_result: Value,
+    next_id: i64,
+    tx: mpsc::Sender<Inbound>,
+    readers: Vec<AbortOnDropHandle<()>>,
+    /// Whether the server accepted the standalone GET stream.
+    pub has_get_stream: bool,
+    extra_headers: HeaderMap,
+    closed: bool,
+    /// Decremented when the session ends (the gateway's "sessions open now" gauge).
+    active: Option<prometheus::IntGauge>,
+}
+
+impl HttpSession {
+    /// Opens a session declaring `capabilities` (legacy shape). `extra_headers` go on every
+    /// request (forwarded credentials, trace context).
+    pub async fn open(
+        http: Arc<UpstreamHttp>,
+        capabilities: Value,
+        extra_headers: HeaderMap,
+    ) -> Result<(HttpSession, mpsc::Receiver<Inbound>), SessionError> {
+        let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
+        let mut s = HttpSession {
+            http,
+            session_id: None,
+            negotiated_version: String::new(),
+            init_result: Value::Null,
+            next_id: 1,
+            tx,
+            readers: Vec::new(),
+            has_get_stream: false,
+            extra_headers,
+            closed: false,
+            active: None,
+        };
+        s.initialize(capabilities).await?;
+        s.notify("notifications/initialized", None).await?;
+        s.open_get_stream().await;
+        Ok((s, rx))
+    }
+
+    /// Counts this session in `gauge` until it ends.
+    pub fn track_with(&mut self, gauge: prometheus::IntGauge) {
+        gauge.inc();
+        self.active = Some(gauge);
+    }
+
+    pub fn session_id(&self) -> Option<&str> {
+        self.session_id.as_ref().and_then(|v| v.to_str().ok())
+    }
+
+    fn headers(&self) -> HeaderMap {
+        let mut h = post_headers();
+        if let Some(sid) = &self.session_id {
+            h.insert(SESSION_HEADER, sid.clone());
+        }
+        // 2025-03-26 servers predate the header; from 2025-06-18 on it is required.
+        if self.negotiated_version.as_str() >= "2025-06-18"
+            && let Ok(v) = HeaderValue::from_str(&self.negotiated_version)
+        {
+            h.insert(VERSION_HEADER, v);
+        }
+        for (k, v) in &self.extra_headers {
+            h.insert(k.clone(), v.clone());
+        }
+        h
+    }
+
+    async fn initialize(&mut self, capabilities: Value) -> Result<(), SessionError> {
+        let params = initialize_params(
+            &self.http.versions.request_version(),
+            capabilities,
+            &self.http.client_name,
+        );
+        let body = jsonrpc::request(&json!(0), "initialize", Some(params));
+        let resp = self
+            .http
+            .send(Method::POST, self.headers(), Some(to_bytes(&body)))
+            .await?;
+        let status = resp.status();
+        if !status.is_success() {
+            let text = read_body(resp.into_body(), 4096, self.http.limits.response_timeout)
+                .await
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default();
+            return Err(SessionError::InitializeStatus {
+                status,
+                body: excerpt(&text, 300),
+            });
+        }
+        self.session_id = resp.headers().get(SESSION_HEADER).cloned();
+        let msg = first_response(resp, &json!(0), &self.http.limits).await?;
+        let done = handshake::accept(&msg, &self.http.versions)?;
+        self.negotiated_version = done.negotiated_version;
+        self.init_result = done.init_result;
+        Ok(())
+    }
+
+    /// Headers for a GET on the endpoint (the standalone stream, or a resumption).
+    fn get_headers(&self) -> HeaderMap {
+        let mut h = self.headers();
+        h.remove(header::CONTENT_TYPE);
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h
+    }
+
+    async fn open_get_stream(&mut self) {
+        if self.session_id.is_none() {
+            // Without a session a GET stream cannot be tied to anything.
+            return;
+        }
+        match self.http.send(Method::GET, self.get_headers(), None).await {
+            Ok(resp) if resp.status() == StatusCode::OK && is_sse(resp.headers()) => {
+                self.has_get_stream = true;
+                self.spawn_reader(StreamTag::Get, resp, true);
+            }
+            Ok(resp) => {
+                tracing::debug!(status = %resp.status(), "legacy server offers no GET stream");
+            }
+            Err(e) => tracing::debug!(error = %e, "legacy GET stream failed to open"),
+        }
+    }
+
+    fn spawn_reader(&mut self, tag: StreamTag, resp: hyper::Response<Incoming>, sse: bool) {
+        let reader = StreamContext {
+            http: self.http.clone(),
+            get_headers: self.get_headers(),
+            tx: self.tx.clone(),
+            stateless: self.session_id.is_none(),
+        };
+        // Readers of finished calls have ended: keep the list as long as the live ones.
+        self.readers.retain(|r| !r.is_finished());
+        let task = tokio::spawn(reader.run(tag, resp, sse));
+        self.readers.push(AbortOnDropHandle::new(task));
+    }
+
+    /// POSTs a request; its response (and anything sent on its stream) arrives as [`Inbound`]
+    /// items tagged `StreamTag::Call(id)`. Returns the id.
+    pub async fn request(
+        &mut self,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<i64, SessionError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let body = jsonrpc::request(&json!(id), method, params);
+        let resp = self
+            .http
+            .send(Method::POST, self.headers(), Some(to_bytes(&body)))
+            .await?;
+        let status = resp.status();
+        if status == StatusCode::NOT_FOUND && self.session_id.is_some() {
+            return Err(SessionError::Expired);
+        }
+        if status == StatusCode::ACCEPTED {
+            return Err(SessionError::Protocol(format!(
+                "the legacy server accepted {method} with 202 and no response"
+            )));
+        }
+        if status.is_success() {
+            let sse = is_sse(resp.headers());
+            self.spawn_reader(StreamTag::Call(id), resp, sse);
+            return Ok(id);
+        }
+        // A JSON-RPC error body for our id is an answer; anything else is an HTTP failure.
+        let text = read_body(
+            resp.into_body(),
+            self.http.limits.max_event_bytes,
+            self.http.limits.response_timeout,
+        )
+        .await
+        .unwrap_or_default();
+        if let Ok(v) = serde_json::from_slice::<Value>(&text)
+            && v.get("error").is_some()
+            && v.get("id") == Some(&json!(id))
+        {
+            let _ = self.tx.send(Inbound::Message(StreamTag::Call(id), v)).await;
+            return Ok(id);
+        }
+        Err(SessionError::Http(HttpError::Status {
+            status,
+            body: excerpt(&String::from_utf8_lossy(&text), 300),
+        }))
+    }
+
+    /// Answers a server request (`outcome` is its result or error).
+    pub async fn respond(
+        &self,
+        id: &Value,
+        outcome: Result<Value, jsonrpc::ErrorObject>,
+    ) -> Result<(), SessionError> {
+        let body = match outcome {
+            Ok(result) => jsonrpc::result_response(id, result),
+            Err(e) => jsonrpc::error_response(Some(id), &e),
+        };
+        self.post_no_answer(&body).await
+    }
+
+    /// Sends a notification.
+    pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), SessionError> {
+        self.post_no_answer(&jsonrpc::notification(method, params))
+            .await
+    }
+
+    /// Asks the server to stop working on request `id` (the gateway's id).
+    pub async fn cancel(&self, id: i64, reason: &str) -> Result<(), SessionError> {
+        self.notify(
+            "notifications/cancelled",
+            Some(json!({"requestId": id, "reason": reason})),
+        )
+        .await
+    }
+
+    async fn post_no_answer(&self, body: &Value) -> Result<(), SessionError> {
+        let resp = self
+            .http
+            .send(Method::POST, self.headers(), Some(to_bytes(body)))
+            .await?;
+        let status = resp.status();
+        if status == StatusCode::NOT_FOUND && self.session_id.is_some() {
+            return Err(SessionError::Expired);
+        }
+        // Drain whatever came back so the connection can be reused.
+        let text = read_body(
+            resp.into_body(),
+            64 * 1024,
+            self.http.limits.response_timeout,
+        )
+        .await
+        .unwrap_or_default();
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(SessionError::Http(HttpError::Status {
+                status,
+                body: excerpt(&String::from_utf8_lossy(&text), 300),
+            }))
+        }
+    }
+
+    /// Drops a session the server has already forgotten (no DELETE: it would only 404).
+    pub fn discard_expired(mut self) {
+        self.closed = true;
+        if let Some(g) = self.active.take() {
+            g.dec();
+        }
+        self.readers.clear();
+    }
+
+    /// Ends the session: stops the readers and DELETEs it upstream (best effort).
+    pub async fn close(mut self) {
+        self.closed = true;
+        if let Some(g) = self.active.take() {
+            g.dec();
+        }
+        self.readers.clear();
+        if let Some(sid) = self.session_id.take() {
+            delete_session(self.http.clone(), sid, self.headers()).await;
+        }
+    }
+}
+
+impl Drop for HttpSession {
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        if let Some(g) = self.active.take() {
+            g.dec();
+        }
+        self.readers.clear();
+        if let Some(sid) = self.session_id.take() {
+            let headers = self.headers();
+            let http = self.http.clone();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(delete_session(http, sid, headers));
+            }
+        }
+    }
+}
+
+async fn delete_session(http: Arc<UpstreamHttp>, sid: HeaderValue, mut headers: HeaderMap) {
+    headers.insert(SESSION_HEADER, sid);
+    headers.remove(header::CONTENT_TYPE);
+    match http.send(Method::DELETE, headers, None).await {
+        Ok(resp) => {
+            let _ = resp.into_body().collect().await;
+        }
+        Err(e) => tracing::debug!(error = %e, "legacy session DELETE failed"),
+    }
+}
+
+/// Reads a response (JSON or SSE) until the JSON-RPC response with `id`; used for
+/// `initialize`, before any reader task exists.
+async fn first_response(
+    resp: hyper::Response<Incoming>,
+    id: &Value,
+    limits: &UpstreamLimits,
+) -> Result<Value, SessionError> {
+    let sse = is_sse(resp.headers());
+    let mut body = resp.into_body();
+    if !sse {
+        let bytes = read_body(body, limits.max_event_bytes, limits.response_timeout).await?;
+        let text = String::from_utf8_lossy(&bytes);
+        return messages_of(&text)
+            .map_err(SessionError::Protocol)?
+            .into_iter()
+            .find(|m| m.get("id") == Some(id))
+            .ok_or_else(|| SessionError::Protocol("no response to initialize".into()));
+    }
+    let mut dec = SseDecoder::new(limits.max_event_bytes, limits.max_stream_bytes);
+    let mut events = Vec::new();
+    loop {
+        let frame = match tokio::time::timeout(limits.response_timeout, body.frame()).await {
+            Err(_) => return Err(HttpError::Timeout(limits.response_timeout).into()),
+            Ok(None) => {
+                return Err(SessionError::Protocol(
+                    "stream ended before the initialize response".into(),
+                ));
+            }
+            Ok(Some(Err(e))) => return Err(HttpError::Body(e.to_string()).into()),
+            Ok(Some(Ok(f))) => f,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        dec.feed(&data, &mut events)
+            .map_err(|e| SessionError::Protocol(e.to_string()))?;
+        for ev in events.drain(..) {
+            if ev.data.is_empty() {
+                continue;
+            }
+            for m in messages_of(&ev.data).map_err(SessionError::Protocol)? {
+                if m.get("id") == Some(id) && m.get("method").is_none() {
+                    return Ok(m);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! At most once per `requestState`: the claim before a retry runs anything, and the outcome
+//! recorded after it, for every duplicate presentation of the same state.
+//!
+//! The store's protocol (claim → start → complete, with leases) is in [`crate::single_use`];
+//! this module is the engine's side of it:
+//!
+//! - **How long a claim lives.** A replica accepts a state while its clock reads at most
+//!   `exp + clock_skew` (whole seconds, so until `exp + clock_skew + 1`), and its clock may be
+//!   up to `clock_skew` behind this replica's. The claim therefore lives until
+//!   `exp + 2·clock_skew + 1` by this replica's clock: no replica can accept the state after
+//!   its claim has gone. (Redis expiry runs on Redis's own clock, from a relative `PX`.)
+//! - **Unknown outcomes are resolved.** A claim or start that failed in a way that may still
+//!   have landed (a store stall past its command timeout) is given back in the background:
+//!   this presentation never runs the call. If that cannot land either, the claim lease lets
+//!   a later presentation take the claim over. An outcome that cannot be recorded is retried
+//!   in the background until it lands or the claim expires.
+//! - **A claimed retry outlives its client.** Once a retry has claimed its state, the state is
+//!   spent: if the client went away and the call were cancelled, the answers it carried would
+//!   be lost with it and the user would have to start over. So a client disconnect does not
+//!   cancel a claimed retry: the legacy call goes on (bounded by `upstream.call_timeout`; it
+//!   holds no request slot, and drain does not wait for it: the process's exit ends it, and
+//!   its duplicates then learn the outcome was lost), its notifications are dropped, and its
+//!   outcome — the final result,
+//!   an error, or the next `input_required` with its new state — is kept for the next
+//!   presentation of the same state, which gets it (or "in progress" until it is there).
+//!   This departs from the spec's advice to stop work for a cancelled request on purpose, for
+//!   this one case: stopping would turn a dropped connection into lost user input. A first
+//!   round (no state) and calls under `single_use` policy `never` are still cancelled.
+//! - **Fairness.** An owner counts against its caller's share of the memory store
+//!   (`single_use.max_entries_per_principal`): the principal, or for anonymous callers
+//!   (`auth.mode = "none"`) the source address ([`Caller`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::Value;
+
+use crate::caller_scope::Caller;
+use crate::error::{Fault, Rejection};
+use crate::gateway::Gateway;
+use crate::single_use::{self, Claim, Owner, SingleUseStore, StoreError};
+use crate::state::StatePayload;
+
+/// A claim this presentation owns and has started: it must be settled.
+pub struct Guard {
+    store: Arc<SingleUseStore>,
+    id: String,
+    owner: Owner,
+    /// When the claim expires (by the monotonic clock).
+    until: tokio::time::Instant,
+}
+
+/// What a claim attempt decided.
+pub enum Claimed {
+    /// This presentation runs the call.
+    Owned(Guard),
+    /// A duplicate: the first presentation's outcome.
+    Duplicate(Result<Value, Rejection>),
+}
+
+/// What a duplicate presentation receives: the first one's result or error, kept as JSON.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptOutcome {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<mrtr_wire::jsonrpc::ErrorObject>,
+    #[serde(default)]
+    status: u16,
+    /// Whose fault the kept error was (`Fault::as_str`), so its duplicates are counted the
+    /// same way; outcomes kept before this field existed read as upstream faults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fault: Option<String>,
+}
+
+/// How long the claim of a state expiring at `exp` must live, from `now` (Unix seconds):
+/// until no replica whose clock is within `skew` of this one can still accept the state.
+pub fn claim_ttl(exp: u64, skew: Duration, now: u64) -> Duration {
+    let last_accepted = exp
+        .saturating_add(skew.as_secs().saturating_mul(2))
+        .saturating_add(1);
+    Duration::from_secs(last_accepted.saturating_sub(now).max(1))
+}
+
+/// Claims the state `prior` for this presentation by `caller`, or answers as a duplicate.
+pub async fn claim(
+    gw: &Gateway,
+    caller: &Caller,
+    prior: &StatePayload,
+    now: u64,
+) -> Result<Claimed, Rejection> {
+    let cfg = gw.config();
+    let ttl = claim_ttl(prior.exp, gw.codec.limits().clock_skew, now);
+    let until = tokio::time::Instant::now() + ttl;
+    let store = gw.single_use();
+    let owner = Owner::new(caller.as_str());
+    let refused = |e: StoreError| {
+        if let StoreError::PrincipalQuota { .. } = e {
+            gw.metrics
+                .limit_hits
+                .with_label_values(&["single_use_max_entries_per_principal"])
+                .inc();
+        }
+        if e.may_have_landed() {
+            // The claim may be in the store although its answer never came: this presentation
+            // will not run, so give it back (the claim lease covers a give-back that fails).
+            let (store, id, owner) = (store.clone(), prior.id.clone(), owner.clone());
+            tokio::spawn(async move { store.release_eventually(&id, &owner, until).await });
+        }
+        Rejection::from(e)
+    };
+    match store.claim(&prior.id, &owner, ttl).await {
+        Err(e) => return Err(refused(e)),
+        Ok(Claim::InProgress) => return Err(single_use::in_progress()),
+        Ok(Claim::DoneNotKept) => return Err(single_use::already_used()),
+        Ok(Claim::Lost) => return Err(single_use::outcome_lost()),
+        Ok(Claim::Done(bytes)) => return Ok(Claimed::Duplicate(replay(&bytes))),
+        Ok(Claim::Acquired | Claim::TakenOver) => {}
+    }
+    // Started: from here on the call may reach the legacy server and never runs again. The
+    // run lease covers the call's longest life and the recording of its outcome.
+    let run_lease = cfg.upstream.call_timeout + cfg.single_use.claim_lease;
+    match store.start(&prior.id, &owner, run_lease).await {
+        Ok(true) => Ok(Claimed::Owned(Guard {
+            store,
+            id: prior.id.clone(),
+            owner,
+            until,
+        })),
+        // Another presentation took the claim over while this one was slow to start.
+        Ok(false) => Err(single_use::in_progress()),
+        Err(e) => Err(refused(e)),
+    }
+}
+
+/// The answer a duplicate gets from a kept outcome.
+fn replay(bytes: &[u8]) -> Result<Value, Rejection> {
+    let kept: KeptOutcome = serde_json::from_slice(bytes).map_err(|_| {
+        Rejection::internal(
+            "a kept single-use outcome is unreadable",
+            "single_use_corrupt",
+        )
+    })?;
+    match (kept.result, kept.error) {
+        (Some(result), _) => Ok(result),
+        (None, Some(error)) => Err(Rejection {
+            status: StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK),
+            error,
+            fault: kept
+                .fault
+                .as_deref()
+                .and_then(Fault::from_label)
+                .unwrap_or(Fault::Upstream),
+            reason: "duplicate_of_error",
+            headers: Vec::new(),
+        }),
+        (None, None) => Err(single_use::already_used()),
+    }
+}
+
+impl Guard {
+    /// Records `outcome` for duplicates, or gives the claim back when nothing can have run
+    /// (`may_have_run` false). `client_left`: the client went away during the call, which
+    /// was finished anyway (counted).
+    pub async fn settle(
+        self,
+        outcome: &Result<Value, Rejection>,
+        may_have_run: bool,
+        client_left: bool,
+    ) {
+        if !may_have_run {
+            self.store
+                .release_eventually(&self.id, &self.owner, self.until)
+                .await;
+            return;
+        }
+        if client_left {
+            self.store.metrics().detached_runs.inc();
+            tracing::info!(
+                "the client went away during a claimed retry; the call was finished and its \
+                 outcome kept for the next presentation of the state"
+            );
+        }
+        let kept = match outcome {
+            Ok(result) => KeptOutcome {
+                result: Some(result.clone()),
+                error: None,
+                status: 200,
+                fault: None,
+            },
+            Err(rej) => KeptOutcome {
+                result: None,
+                error: Some(rej.error.clone()),
+                status: rej.status.as_u16(),
+                fault: Some(rej.fault.as_str().to_owned()),
+            },
+        };
+        let bytes = serde_json::to_vec(&kept).expect("outcomes serialize");
+        self.store
+            .complete_eventually(&self.id, &self.owner, Some(bytes), self.until)
+            .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_outlives_every_replica_that_could_still_accept_the_state() {
+        let skew = Duration::from_secs(30);
+        // Issued at 1000 with a 600 s ttl; claimed at once.
+        assert_eq!(claim_ttl(1600, skew, 1000), Duration::from_secs(661));
+        // A replica 30 s behind accepts until its clock passes 1630, i.e. 1660 by ours (plus
+        // the second its whole-second clock lags): the claim must outlive that.
+        let claimed_at = 1629;
+        let expires = claimed_at + claim_ttl(1600, skew, claimed_at).as_secs();
+        assert!(expires > 1600 + 30 + 30, "{expires}");
+        // Never zero, even for a state at the very end of its life.
+        assert_eq!(claim_ttl(1600, skew, 5000), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn kept_errors_replay_with_their_status_and_fault() {
+        let kept = serde_json::to_vec(&KeptOutcome {
+            result: None,
+            error: Some(mrtr_wire::jsonrpc::ErrorObject::new(-32602, "too big")),
+            status: 413,
+            fault: Some("client".into()),
+        })
+        .unwrap();
+        let r = replay(&kept).unwrap_err();
+        assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(r.fault, Fault::Client);
+        assert_eq!(r.reason, "duplicate_of_error");
+        // Kept before the fault was recorded: upstream, as it used to be.
+        let old = br#"{"error":{"code":-32603,"message":"x"},"status":502}"#;
+        assert_eq!(replay(old).unwrap_err().fault, Fault::Upstream);
+        assert!(replay(b"not json").is_err());
+    }
+}

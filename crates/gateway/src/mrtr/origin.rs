@@ -1,0 +1,46 @@
+//! The digest that binds a `requestState` to the request it was issued for.
+//!
+//! It covers the method and the request's `params` except the members that legitimately
+//! change between rounds (`inputResponses`, `requestState`) and the per-request `_meta`
+//! (capabilities, progress token, trace context may differ on a retry). So another tool,
+//! other arguments, another prompt or URI, or another method all give another digest.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::Value;
+
+use mrtr_wire::protocol::canonical;
+
+pub fn digest(method: &str, params: &Value) -> String {
+    let mut p = params.clone();
+    if let Some(obj) = p.as_object_mut() {
+        obj.remove("_meta");
+        obj.remove("inputResponses");
+        obj.remove("requestState");
+    }
+    URL_SAFE_NO_PAD.encode(canonical::digest(&[&Value::from(method), &p]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn binds_method_name_and_arguments_but_not_round_fields() {
+        let base = json!({"name":"t","arguments":{"a":1},"_meta":{"x":1}});
+        let d = digest("tools/call", &base);
+        let retry = json!({"name":"t","arguments":{"a":1},"_meta":{"y":2},"inputResponses":{"k":{}},"requestState":"s"});
+        assert_eq!(digest("tools/call", &retry), d);
+        assert_ne!(digest("prompts/get", &base), d);
+        assert_ne!(
+            digest("tools/call", &json!({"name":"u","arguments":{"a":1}})),
+            d
+        );
+        assert_ne!(
+            digest("tools/call", &json!({"name":"t","arguments":{"a":2}})),
+            d
+        );
+        assert_ne!(digest("tools/call", &json!({"name":"t"})), d);
+    }
+}

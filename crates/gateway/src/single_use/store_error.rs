@@ -1,0 +1,177 @@
+//! Why a claim could not be made, and how each failure reaches the client.
+//!
+//! The store fails closed: whenever it cannot say for sure that an id is unclaimed, the call
+//! is refused rather than run, because running it might run it twice. Store failures are the
+//! gateway's fault (`Fault::Internal`) and answered with HTTP 503, which tells a client (and
+//! any proxy in between) that retrying the same request later is safe: nothing was executed.
+//! One refusal is the caller's doing: a principal over its share of the memory store
+//! (`single_use.max_entries_per_principal`) gets HTTP 429 (`Fault::Client`).
+
+use std::time::Duration;
+
+use http::StatusCode;
+
+use crate::error::{Fault, Rejection};
+use mrtr_wire::jsonrpc::codes;
+
+/// A single-use store failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The memory store holds `max_entries` live ids, or Redis refused a write for lack of
+    /// memory. No live claim is ever evicted to make room.
+    #[error("the single-use store is full")]
+    Full {
+        /// A hint for `Retry-After`: when room is likely to appear.
+        retry_after: Duration,
+    },
+    /// The caller's principal already holds `single_use.max_entries_per_principal` ids in the
+    /// memory store; others are unaffected.
+    #[error("this caller holds its limit of {limit} single-use entries")]
+    PrincipalQuota {
+        limit: usize,
+        /// A hint for `Retry-After`: when its entries are next swept.
+        retry_after: Duration,
+    },
+    /// The store could not be reached or answered with an error.
+    #[error("the single-use store is unavailable: {0}")]
+    Unavailable(String),
+    /// The store did not answer within the configured command timeout.
+    #[error("the single-use store did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The id is not one the gateway mints (a bug in the caller, never client input).
+    #[error("the claim id is not 1-64 characters of A-Z a-z 0-9 _ -")]
+    InvalidId,
+}
+
+impl StoreError {
+    /// The `reason` label of `single_use_errors_total`.
+    pub fn metric_reason(&self) -> &'static str {
+        match self {
+            StoreError::Full { .. } => "full",
+            StoreError::PrincipalQuota { .. } => "principal_quota",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Timeout(_) => "timeout",
+            StoreError::InvalidId => "invalid_id",
+        }
+    }
+
+    /// Whether a write that failed this way may still have been applied (the command was
+    /// sent, its answer never came): the caller then cannot tell what the store holds.
+    pub fn may_have_landed(&self) -> bool {
+        matches!(self, StoreError::Timeout(_) | StoreError::Unavailable(_))
+    }
+}
+
+/// Whole seconds for `Retry-After`, never 0.
+fn retry_after_secs(d: Duration) -> u64 {
+    (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
+}
+
+impl From<StoreError> for Rejection {
+    fn from(e: StoreError) -> Rejection {
+        match e {
+            StoreError::Full { retry_after } => Rejection::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                codes::INTERNAL_ERROR,
+                "the gateway's replay guard is at capacity, so the call was refused without \
+                 running it; retry later",
+                Fault::Internal,
+                "single_use_full",
+            )
+            .with_header(
+                http::header::RETRY_AFTER,
+                retry_after_secs(retry_after).to_string(),
+            ),
+            StoreError::PrincipalQuota { limit, retry_after } => Rejection::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                codes::INTERNAL_ERROR,
+                format!(
+                    "this caller already holds {limit} retries in the gateway's replay guard \
+                     (single_use.max_entries_per_principal); nothing was run. Retry later, \
+                     once earlier ones have expired"
+                ),
+                Fault::Client,
+                "single_use_principal_quota",
+            )
+            .with_header(
+                http::header::RETRY_AFTER,
+                retry_after_secs(retry_after).to_string(),
+            ),
+            StoreError::Unavailable(_) | StoreError::Timeout(_) => Rejection::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                codes::INTERNAL_ERROR,
+                "the gateway's replay guard is unavailable, so the call was refused without \
+                 running it rather than risk running it twice; retry later",
+                Fault::Internal,
+                "single_use_unavailable",
+            )
+            .with_header(http::header::RETRY_AFTER, "1"),
+            StoreError::InvalidId => Rejection::internal(
+                "the gateway could not check whether this requestState was already used",
+                "single_use_invalid_id",
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retry_after(r: &Rejection) -> Option<&str> {
+        r.headers
+            .iter()
+            .find(|(n, _)| n == http::header::RETRY_AFTER)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn full_is_503_with_retry_after() {
+        let r = Rejection::from(StoreError::Full {
+            retry_after: Duration::from_millis(4500),
+        });
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.reason, "single_use_full");
+        assert_eq!(r.fault, Fault::Internal);
+        assert_eq!(r.error.code, codes::INTERNAL_ERROR);
+        assert_eq!(retry_after(&r), Some("5"));
+        let r = Rejection::from(StoreError::Full {
+            retry_after: Duration::from_millis(10),
+        });
+        assert_eq!(retry_after(&r), Some("1"));
+        let r = Rejection::from(StoreError::Full {
+            retry_after: Duration::from_secs(3),
+        });
+        assert_eq!(retry_after(&r), Some("3"));
+    }
+
+    #[test]
+    fn a_principal_over_its_quota_is_a_429_and_its_own_fault() {
+        let r = Rejection::from(StoreError::PrincipalQuota {
+            limit: 7,
+            retry_after: Duration::from_millis(1500),
+        });
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.fault, Fault::Client);
+        assert_eq!(r.reason, "single_use_principal_quota");
+        assert!(r.error.message.contains("max_entries_per_principal"));
+        assert!(r.error.message.contains("7"));
+        assert_eq!(retry_after(&r), Some("2"));
+    }
+
+    #[test]
+    fn unreachable_and_slow_stores_fail_closed_with_503() {
+        for e in [
+            StoreError::Unavailable("connection refused".into()),
+            StoreError::Timeout(Duration::from_millis(500)),
+        ] {
+            let r = Rejection::from(e);
+            assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(r.reason, "single_use_unavailable");
+            assert!(r.error.message.contains("replay guard is unavailable"));
+            assert!(r.error.message.contains("refused"));
+            // The operator detail (addresses, Redis errors) stays out of the client's view.
+            assert!(!r.error.message.contains("connection refused"));
+        }
+    }
+}

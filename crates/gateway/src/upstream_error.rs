@@ -1,0 +1,214 @@
+//! What a modern client is told when the legacy server fails, and what only the log hears.
+//!
+//! A legacy failure's own text can hold things the client must never see: the stdio child's
+//! last stderr line (a DSN with its password), the child's command line (with an API key), an
+//! upstream error body (an HTML error page), the upstream's URL or origin. The client gets a
+//! fixed sentence per failure class, in its own terms ("the upstream MCP server could not be
+//! reached"), plus `error.data.requestId`; the full detail goes to one WARN log line in the
+//! request's span, carrying the same `request_id`, so an operator can find it from what the
+//! client reports. `/readyz` uses the same sentences ([`client_message`]).
+
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::json;
+
+use crate::error::{Fault, Rejection};
+use crate::legacy::http::HttpError;
+use crate::legacy::session::SessionError;
+use crate::request_id::RequestId;
+use mrtr_wire::jsonrpc::codes;
+
+/// The client-facing sentence for a legacy-session failure: what failed, never upstream text.
+pub fn client_message(e: &SessionError) -> String {
+    match e {
+        SessionError::Http(h) => match h {
+            HttpError::Connect(_) => "the upstream MCP server could not be reached".into(),
+            HttpError::Tls { failure, .. } => {
+                format!("TLS with the upstream MCP server failed: {failure}")
+            }
+            HttpError::Timeout(d) => {
+                format!("the upstream MCP server did not answer within {d:?}")
+            }
+            HttpError::Status { status, .. } => {
+                format!("the upstream MCP server answered HTTP {}", status.as_u16())
+            }
+            HttpError::TooLarge(n) => {
+                format!("the upstream MCP server sent a body larger than {n} bytes")
+            }
+            HttpError::Body(_) => "reading the upstream MCP server's response failed".into(),
+        },
+        SessionError::Expired => "the upstream MCP server no longer knows this session".into(),
+        SessionError::Initialize(_) => "the upstream MCP server refused to initialize".into(),
+        SessionError::InitializeStatus { status, .. } => format!(
+            "the upstream MCP server refused to initialize (HTTP {})",
+            status.as_u16()
+        ),
+        SessionError::Protocol(_) => "the upstream MCP server broke the protocol".into(),
+        SessionError::Spawn(_) => "the upstream MCP server's process could not be started".into(),
+        SessionError::Gone(_) => "the upstream MCP server's process or connection ended".into(),
+        SessionError::Backoff { retry_in, .. } => format!(
+            "the upstream MCP server's process failed to start; the next attempt is in {retry_in:?}"
+        ),
+        SessionError::Saturated { limit, waited } => format!(
+            "all {limit} upstream MCP server processes (upstream.stdio_max_children) stayed busy for {waited:?}"
+        ),
+    }
+}
+
+/// The stable reason (metrics, access log) for a legacy-session failure.
+pub fn reason(e: &SessionError) -> &'static str {
+    match e {
+        SessionError::Http(HttpError::Timeout(_)) => "upstream_timeout",
+        SessionError::Http(HttpError::Connect(_)) => "upstream_unreachable",
+        SessionError::Http(HttpError::Tls { .. }) => "upstream_tls_failed",
+        SessionError::Http(HttpError::TooLarge(_)) => "upstream_too_large",
+        SessionError::Http(_) => "upstream_http_error",
+        SessionError::Initialize(_) | SessionError::InitializeStatus { .. } => {
+            "upstream_initialize_failed"
+        }
+        SessionError::Expired => "upstream_session_expired",
+        SessionError::Protocol(_) => "upstream_protocol_error",
+        SessionError::Spawn(_) => "upstream_spawn_failed",
+        SessionError::Gone(_) => "upstream_stream_broken",
+        SessionError::Backoff { .. } => "upstream_spawn_backoff",
+        SessionError::Saturated { .. } => "stdio_max_children",
+    }
+}
+
+/// How a legacy-session failure is reported to the modern client (the detail is logged).
+pub fn session_rejection(e: &SessionError) -> Rejection {
+    let message = client_message(e);
+    let reason = reason(e);
+    let rejection = match e {
+        SessionError::Http(HttpError::Timeout(_)) => Rejection::upstream_timeout(message, reason),
+        SessionError::Backoff { retry_in, .. } => Rejection::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            codes::INTERNAL_ERROR,
+            message,
+            Fault::Upstream,
+            reason,
+        )
+        .with_header(http::header::RETRY_AFTER, retry_after(*retry_in)),
+        SessionError::Saturated { .. } => {
+            Rejection::unavailable(message, reason).with_header(http::header::RETRY_AFTER, "1")
+        }
+        _ => Rejection::upstream(message, reason),
+    };
+    concealed(rejection, &e.to_string())
+}
+
+/// `rejection` as the client sees it, with the request id in `error.data`; `detail` (which the
+/// client does not see) goes to a WARN line in the request's span with the same id.
+pub fn concealed(rejection: Rejection, detail: &str) -> Rejection {
+    let id = RequestId::current();
+    let request_id = id.as_ref().map(RequestId::as_str).unwrap_or("");
+    tracing::warn!(
+        request_id,
+        reason = rejection.reason,
+        detail,
+        "upstream failure (the client was told: {})",
+        rejection.error.message
+    );
+    match id {
+        Some(id) => with_request_id(rejection, &id),
+        None => rejection,
+    }
+}
+
+/// Adds `requestId` to the error's data (keeping what is there when it is an object).
+fn with_request_id(mut rejection: Rejection, id: &RequestId) -> Rejection {
+    match rejection.error.data.as_mut() {
+        Some(serde_json::Value::Object(map)) => {
+            map.insert("requestId".into(), json!(id.as_str()));
+            rejection
+        }
+        Some(_) => rejection,
+        None => rejection.with_data(json!({"requestId": id.as_str()})),
+    }
+}
+
+/// Whole seconds for `Retry-After`, at least 1.
+fn retry_after(d: Duration) -> String {
+    d.as_secs_f64().ceil().max(1.0).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRETS: &[&str] = &["s3cret-pw", "API-KEY-123", "<html>", "db.internal:5432"];
+
+    fn leaky_errors() -> Vec<SessionError> {
+        vec![
+            SessionError::Http(HttpError::Connect(
+                "tcp connect error to db.internal:5432".into(),
+            )),
+            SessionError::Http(HttpError::Status {
+                status: StatusCode::NOT_FOUND,
+                body: "<html><body>404 at db.internal:5432</body></html>".into(),
+            }),
+            SessionError::Http(HttpError::Body("s3cret-pw".into())),
+            SessionError::Initialize("JSON-RPC error {\"message\": \"s3cret-pw\"}".into()),
+            SessionError::InitializeStatus {
+                status: StatusCode::NOT_FOUND,
+                body: "<html>s3cret-pw</html>".into(),
+            },
+            SessionError::Protocol("endpoint points to https://db.internal:5432".into()),
+            SessionError::Spawn("cannot start `server --key API-KEY-123`: not found".into()),
+            SessionError::Gone(
+                "exited with status 1 (last stderr line: postgres://u:s3cret-pw@db)".into(),
+            ),
+            SessionError::Backoff {
+                command: "server --key API-KEY-123".into(),
+                retry_in: Duration::from_secs(3),
+                failures: 2,
+                last: "s3cret-pw".into(),
+            },
+        ]
+    }
+
+    #[tokio::test]
+    async fn clients_are_told_the_class_never_the_detail() {
+        for e in leaky_errors() {
+            let rej = RequestId::new()
+                .scope(async { session_rejection(&e) })
+                .await;
+            let shown = serde_json::to_string(&rej.error).unwrap();
+            for secret in SECRETS {
+                assert!(!shown.contains(secret), "{e}: {shown}");
+            }
+            assert!(
+                rej.error.data.as_ref().unwrap()["requestId"].is_string(),
+                "{shown}"
+            );
+            assert_eq!(rej.fault, Fault::Upstream);
+        }
+    }
+
+    #[test]
+    fn statuses_and_reasons_stay_as_they_were() {
+        let t = session_rejection(&SessionError::Http(HttpError::Timeout(
+            Duration::from_secs(1),
+        )));
+        assert_eq!(
+            (t.status, t.reason),
+            (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout")
+        );
+        let backoff = leaky_errors()
+            .into_iter()
+            .find(|e| matches!(e, SessionError::Backoff { .. }))
+            .unwrap();
+        let b = session_rejection(&backoff);
+        assert_eq!(b.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(b.headers[0].1, "3");
+        let s = session_rejection(&SessionError::Saturated {
+            limit: 2,
+            waited: Duration::from_secs(1),
+        });
+        assert_eq!(
+            (s.status, s.reason),
+            (StatusCode::SERVICE_UNAVAILABLE, "stdio_max_children")
+        );
+    }
+}
