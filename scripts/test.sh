@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 step() { printf '\n== %s\n' "$*"; }
 
 step "system packages (redis-server, nginx-light; Node.js 20 must be present)"
-# nginx is the real TLS terminator in front of the Python legacy server (tests/upstream_tls.rs).
+# nginx is the real TLS terminator in front of the Python legacy server (tests/it/upstream_tls.rs).
 # Pinned to Debian 12's nginx 1.22 series; the exact build is the archive's current one.
 NGINX_SERIES="1.22."
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }

@@ -1,4 +1,4 @@
-"""Render a kustomize directory and validate what comes out; used by tests/deploy.rs.
+"""Render a kustomize directory and validate what comes out; used by tests/it/deploy.rs.
 
 Runs in the tools venv (.peers/tools, see setup.sh):
 

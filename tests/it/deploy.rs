@@ -1,0 +1,591 @@
+//! The deployment artifacts, validated offline: the kustomize overlays under `deploy/k8s`
+//! (rendered by kubectl's built-in kustomize, validated against Kubernetes' strict schemas by
+//! kubernetes-validate, then checked for the pod invariants the gateway relies on), every
+//! TOML configuration loaded with the gateway's own loader, the Dockerfile checked statically,
+//! the Grafana dashboard and the operations guide checked against the metric list.
+//!
+//! Needs the tools venv (`tests/peers/setup.sh`, run by `scripts/test.sh`).
+
+mod dashboard_checks;
+mod dockerfile_checks;
+mod gateway_configs;
+mod metric_names;
+mod pod_checks;
+mod render;
+
+use serde_json::Value;
+
+use gateway_configs::{KeyDir, load, toml_files};
+use mrtr_gateway::config::EXAMPLE_SECRET;
+use pod_checks::{
+    REDIS_SECRET, gateway_pod, gateway_pod_problems, hardening_problems, prometheus_duration,
+    redis_store_problems, secret_problems, secret_value, single_use_problems, wiring_problems,
+};
+use render::{KUBERNETES_VERSIONS, Rendered, render, repo};
+
+const OVERLAYS: &[&str] = &[
+    "deploy/k8s/overlays/sidecar",
+    "deploy/k8s/overlays/fleet-redis",
+];
+
+fn assert_none(what: &str, problems: Vec<String>) {
+    assert!(problems.is_empty(), "{what}:\n  {}", problems.join("\n  "));
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+#[test]
+fn overlays_render_and_every_object_is_schema_valid() {
+    for overlay in OVERLAYS {
+        let r = render(overlay, true);
+        eprintln!(
+            "{overlay}: {} objects, tools {}, Kubernetes {KUBERNETES_VERSIONS:?}",
+            r.objects.len(),
+            r.tools
+        );
+        assert_none(
+            &format!("{overlay} against the Kubernetes schemas"),
+            r.problems.clone(),
+        );
+        // Only custom resources go unvalidated, and those are checked structurally in
+        // `wiring_problems` (ServiceMonitor).
+        for name in &r.unvalidated {
+            let kind = name.split('/').next().unwrap();
+            assert_eq!(
+                kind, "ServiceMonitor",
+                "{overlay}: {name} was not validated"
+            );
+        }
+        assert!(
+            !r.unvalidated.is_empty(),
+            "{overlay}: no ServiceMonitor rendered"
+        );
+    }
+}
+
+#[test]
+fn gateway_pod_invariants_hold_in_every_overlay() {
+    let keys = KeyDir::new();
+    for overlay in OVERLAYS {
+        let r = render(overlay, false);
+        assert_none(
+            &format!("{overlay} gateway pod"),
+            gateway_pod_problems(&r, &keys, true),
+        );
+        assert_none(&format!("{overlay} hardening"), hardening_problems(&r));
+        assert_none(&format!("{overlay} wiring"), wiring_problems(&r, &keys));
+    }
+}
+
+#[test]
+fn base_leaves_the_keys_to_the_operator_and_overlays_carry_only_the_public_example() {
+    let keys = KeyDir::new();
+    let base = render("deploy/k8s/base", true);
+    assert_none("base against the Kubernetes schemas", base.problems.clone());
+    assert!(
+        base.all("Secret").is_empty(),
+        "the base must not carry a key Secret"
+    );
+    assert_none(
+        "base gateway pod",
+        gateway_pod_problems(&base, &keys, false),
+    );
+    for overlay in OVERLAYS {
+        let r = render(overlay, false);
+        let (problems, seen) = secret_problems(&r, EXAMPLE_SECRET);
+        assert_none(&format!("{overlay} secrets"), problems);
+        assert!(seen > 0, "{overlay}: no key entries");
+    }
+}
+
+#[test]
+fn fleet_overlay_claims_states_in_its_redis_with_a_password() {
+    let keys = KeyDir::new();
+    let r = render("deploy/k8s/overlays/fleet-redis", false);
+    assert_none(
+        "fleet-redis single-use store",
+        redis_store_problems(&r, &keys),
+    );
+    assert!(secret_value(&r, REDIS_SECRET, "password").is_some());
+}
+
+#[test]
+fn every_manifest_with_more_than_one_replica_claims_states_in_redis() {
+    let keys = KeyDir::new();
+    for dir in ["deploy/k8s/base"].iter().chain(OVERLAYS) {
+        let r = render(dir, false);
+        assert_none(&format!("{dir} single use"), single_use_problems(&r, &keys));
+    }
+    // The sidecar overlay points at the operator's Redis: its Secret is not in the manifests.
+    let sidecar = render("deploy/k8s/overlays/sidecar", false);
+    assert!(sidecar.get("Secret", REDIS_SECRET).is_none());
+    assert!(sidecar.get("Service", "mrtr-gateway-redis").is_none());
+}
+
+#[test]
+fn fleet_overlay_runs_the_base_configuration_unchanged() {
+    let toml = |dir: &str| {
+        let r = render(dir, false);
+        r.all("ConfigMap")[0]["data"]["gateway.toml"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        toml("deploy/k8s/overlays/fleet-redis"),
+        read("deploy/k8s/base/gateway.toml")
+    );
+}
+
+#[test]
+fn every_toml_config_loads_with_the_gateway_loader() {
+    let keys = KeyDir::new();
+    let mut files = toml_files(&repo().join("config"));
+    files.extend(toml_files(&repo().join("deploy")));
+    assert!(files.len() >= 2, "found only {files:?}");
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        load(&text, f.parent(), &[], &keys).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    }
+    // The TOML embedded in the rendered manifests, with the pod's environment.
+    for overlay in OVERLAYS {
+        let r = render(overlay, false);
+        let gp = gateway_pod(&r, &keys).unwrap_or_else(|e| panic!("{overlay}: {e}"));
+        assert_eq!(
+            gp.loaded.config.state.keys_dir.as_deref(),
+            Some(keys.path()),
+            "{overlay}: keys_dir was not taken from the environment"
+        );
+        for cm in r.all("ConfigMap") {
+            for (name, text) in cm["data"].as_object().unwrap() {
+                if name.ends_with(".toml") {
+                    load(text.as_str().unwrap(), None, &[], &keys)
+                        .unwrap_or_else(|e| panic!("{overlay} ConfigMap {name}: {e}"));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn dockerfile_builds_the_cargo_binary_as_non_root_on_distroless() {
+    let cargo: toml::Table = read("Cargo.toml").parse().unwrap();
+    let bin = cargo["bin"].as_array().unwrap()[0]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let license = cargo["package"]["license"].as_str().unwrap().to_owned();
+    let keys = KeyDir::new();
+    let base = load(&read("deploy/k8s/base/gateway.toml"), None, &[], &keys)
+        .unwrap()
+        .config;
+    let ports = [base.listen.addr.port(), base.admin.addr.unwrap().port()];
+    let expect = dockerfile_checks::Expect {
+        repo: &repo(),
+        bin_name: &bin,
+        license: &license,
+        ports: &ports,
+    };
+    let problems = dockerfile_checks::problems(
+        &read("deploy/Dockerfile"),
+        &read("deploy/Dockerfile.dockerignore"),
+        &expect,
+    );
+    assert_none("deploy/Dockerfile", problems);
+}
+
+#[test]
+fn grafana_dashboard_charts_every_required_metric_and_only_known_ones() {
+    let dashboard: Value = serde_json::from_str(&read("deploy/grafana/mrtr-gateway.json"))
+        .expect("the dashboard is valid JSON");
+    assert_none(
+        "deploy/grafana/mrtr-gateway.json",
+        dashboard_checks::problems(&dashboard),
+    );
+}
+
+#[test]
+fn operations_guide_names_only_known_metrics_and_links_the_metric_list() {
+    let doc = read("docs/operations.md");
+    assert!(
+        doc.contains("(metrics.md)"),
+        "docs/operations.md does not link metrics.md"
+    );
+    let unknown: Vec<String> = metric_names::referenced(&doc)
+        .into_iter()
+        .filter(|n| metric_names::metric_of(n).is_none())
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "docs/operations.md names unknown metrics: {unknown:?}"
+    );
+}
+
+// ---- the checks catch broken artifacts ---------------------------------------------------
+// Each test breaks one thing in a rendered overlay (in memory) or in an artifact's text and
+// shows that the check above would fail on it.
+
+fn gateway_container(r: &mut Rendered) -> &mut Value {
+    let dep = r
+        .objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "mrtr-gateway")
+        .unwrap();
+    dep["spec"]["template"]["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["name"] == "gateway")
+        .unwrap()
+}
+
+fn gateway_pod_spec(r: &mut Rendered) -> &mut Value {
+    let dep = r
+        .objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "mrtr-gateway")
+        .unwrap();
+    &mut dep["spec"]["template"]["spec"]
+}
+
+fn config_map_toml(r: &mut Rendered) -> &mut Value {
+    let cm = r
+        .objects
+        .iter_mut()
+        .find(|o| o["kind"] == "ConfigMap")
+        .unwrap();
+    &mut cm["data"]["gateway.toml"]
+}
+
+fn expect_caught(problems: Vec<String>, needle: &str) {
+    assert!(
+        problems.iter().any(|p| p.contains(needle)),
+        "expected a problem mentioning {needle:?}, got {problems:?}"
+    );
+}
+
+#[test]
+fn broken_probes_mounts_and_hardening_are_caught() {
+    let keys = KeyDir::new();
+    let pristine = render("deploy/k8s/overlays/sidecar", false);
+    let fresh = || Rendered {
+        objects: pristine.objects.clone(),
+        problems: vec![],
+        unvalidated: vec![],
+        tools: Value::Null,
+    };
+
+    let mut r = fresh();
+    gateway_container(&mut r)["readinessProbe"]["httpGet"]["path"] = "/healthz".into();
+    expect_caught(
+        gateway_pod_problems(&r, &keys, true),
+        "readinessProbe does not GET /readyz",
+    );
+
+    let mut r = fresh();
+    gateway_container(&mut r)["livenessProbe"]["httpGet"]["port"] = "http".into();
+    expect_caught(
+        gateway_pod_problems(&r, &keys, true),
+        "livenessProbe is not on the admin port",
+    );
+
+    let mut r = fresh();
+    for m in gateway_container(&mut r)["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+    {
+        if m["name"] == "state-keys" {
+            m["mountPath"] = "/etc/mrtr-gateway/secret-keys".into();
+        }
+    }
+    expect_caught(
+        gateway_pod_problems(&r, &keys, true),
+        "nothing is mounted at state.keys_dir",
+    );
+
+    let mut r = fresh();
+    gateway_pod_spec(&mut r)["terminationGracePeriodSeconds"] = 35.into();
+    expect_caught(
+        gateway_pod_problems(&r, &keys, true),
+        "does not exceed drain.readiness_delay",
+    );
+
+    // The grace period is compared with the drain in the config, not a constant.
+    let mut r = fresh();
+    let toml = config_map_toml(&mut r);
+    *toml = toml
+        .as_str()
+        .unwrap()
+        .replace("deadline = \"30s\"", "deadline = \"60s\"")
+        .into();
+    expect_caught(
+        gateway_pod_problems(&r, &keys, true),
+        "does not exceed drain.readiness_delay",
+    );
+
+    let mut r = fresh();
+    let toml = config_map_toml(&mut r);
+    *toml = toml
+        .as_str()
+        .unwrap()
+        .replace("0.0.0.0:9090", "127.0.0.1:9090")
+        .into();
+    expect_caught(
+        gateway_pod_problems(&r, &keys, true),
+        "admin.addr 127.0.0.1:9090 is not reachable",
+    );
+
+    let mut r = fresh();
+    gateway_container(&mut r)["securityContext"]["readOnlyRootFilesystem"] = false.into();
+    expect_caught(hardening_problems(&r), "readOnlyRootFilesystem is not true");
+
+    let mut r = fresh();
+    gateway_container(&mut r)["securityContext"]["runAsUser"] = 0.into();
+    expect_caught(hardening_problems(&r), "runs as uid 0");
+
+    let mut r = fresh();
+    let pod = gateway_pod_spec(&mut r);
+    let legacy = pod["initContainers"][0].clone();
+    pod["containers"].as_array_mut().unwrap().push(legacy);
+    pod["initContainers"] = Value::Array(vec![]);
+    expect_caught(
+        gateway_pod_problems(&r, &keys, true),
+        "not a native sidecar",
+    );
+
+    let mut r = fresh();
+    r.objects.retain(|o| o["kind"] != "Secret");
+    expect_caught(
+        gateway_pod_problems(&r, &keys, true),
+        "(the keys) is not in the manifests",
+    );
+
+    let mut r = fresh();
+    let svc = r
+        .objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Service")
+        .unwrap();
+    svc["spec"]["ports"][1]["name"] = "metrics".into();
+    expect_caught(
+        wiring_problems(&r, &keys),
+        "endpoint port \"admin\" is not the Service's `admin`",
+    );
+
+    let mut r = fresh();
+    gateway_pod_spec(&mut r); // the Deployment exists
+    for o in r.objects.iter_mut().filter(|o| o["kind"] == "Deployment") {
+        o["spec"]["replicas"] = 2.into();
+    }
+    expect_caught(wiring_problems(&r, &keys), "sets replicas although the HPA");
+
+    // A real key committed into the example Secret.
+    let mut r = fresh();
+    let secret = r
+        .objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Secret")
+        .unwrap();
+    secret["stringData"]["k2026-12-02"] = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=".into();
+    expect_caught(
+        secret_problems(&r, EXAMPLE_SECRET).0,
+        "k2026-12-02 is not the public example",
+    );
+
+    // The per-replica memory store with more than one replica.
+    let mut r = fresh();
+    let toml = config_map_toml(&mut r);
+    *toml = toml
+        .as_str()
+        .unwrap()
+        .replace("store = \"redis\"", "store = \"memory\"")
+        .into();
+    expect_caught(single_use_problems(&r, &keys), "per-replica memory store");
+
+    // Redis URLs that do not come from the Secret.
+    let mut r = fresh();
+    let env = gateway_container(&mut r)["env"].as_array_mut().unwrap();
+    env.retain(|e| e["name"] != pod_checks::REDIS_URLS_VAR);
+    expect_caught(
+        single_use_problems(&r, &keys),
+        "do not come from Secret/mrtr-gateway-redis",
+    );
+}
+
+#[test]
+fn a_fleet_without_redis_claims_is_caught() {
+    let keys = KeyDir::new();
+    let pristine = render("deploy/k8s/overlays/fleet-redis", false);
+    let fresh = || Rendered {
+        objects: pristine.objects.clone(),
+        problems: vec![],
+        unvalidated: vec![],
+        tools: Value::Null,
+    };
+
+    let mut r = fresh();
+    let toml = config_map_toml(&mut r);
+    *toml = toml
+        .as_str()
+        .unwrap()
+        .replace("store = \"redis\"", "store = \"memory\"")
+        .into();
+    expect_caught(redis_store_problems(&r, &keys), "store is not \"redis\"");
+    expect_caught(single_use_problems(&r, &keys), "per-replica memory store");
+
+    // A Redis that requires no password, or a URL without the one it requires.
+    let mut r = fresh();
+    let args = redis_args(&mut r.objects);
+    let at = args.iter().position(|a| a == "--requirepass").unwrap();
+    args.drain(at..at + 2);
+    expect_caught(redis_store_problems(&r, &keys), "requires no password");
+    let mut r = fresh();
+    let args = redis_args(&mut r.objects);
+    let at = args.iter().position(|a| a == "--requirepass").unwrap();
+    args[at + 1] = "hunter2".into();
+    expect_caught(
+        redis_store_problems(&r, &keys),
+        "password is not taken from a Secret",
+    );
+    let mut r = fresh();
+    let secret = r
+        .objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == REDIS_SECRET)
+        .unwrap();
+    secret["stringData"]["urls"] = r#"["redis://mrtr-gateway-redis:6379/0"]"#.into();
+    expect_caught(
+        redis_store_problems(&r, &keys),
+        "does not carry the password Redis requires",
+    );
+
+    let mut r = fresh();
+    r.objects
+        .retain(|o| !(o["kind"] == "Service" && o["metadata"]["name"] == "mrtr-gateway-redis"));
+    expect_caught(
+        redis_store_problems(&r, &keys),
+        "no Service named mrtr-gateway-redis",
+    );
+
+    let mut r = fresh();
+    for o in r
+        .objects
+        .iter_mut()
+        .filter(|o| o["metadata"]["name"] == "mrtr-gateway-redis" && o["kind"] == "Deployment")
+    {
+        let args = o["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array_mut()
+            .unwrap();
+        for a in args.iter_mut() {
+            if a == "noeviction" {
+                *a = "allkeys-lru".into();
+            }
+        }
+    }
+    expect_caught(redis_store_problems(&r, &keys), "may evict claims");
+}
+
+/// The fleet Redis container's `args`.
+fn redis_args(objects: &mut [Value]) -> &mut Vec<Value> {
+    objects
+        .iter_mut()
+        .find(|o| o["metadata"]["name"] == "mrtr-gateway-redis" && o["kind"] == "Deployment")
+        .unwrap()["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array_mut()
+        .unwrap()
+}
+
+#[test]
+fn broken_dockerfiles_are_caught() {
+    let good = read("deploy/Dockerfile");
+    let ignore = read("deploy/Dockerfile.dockerignore");
+    let expect = dockerfile_checks::Expect {
+        repo: &repo(),
+        bin_name: "mrtr-gateway",
+        license: "Apache-2.0",
+        ports: &[8080, 9090],
+    };
+    let check = |text: &str, ignore: &str| dockerfile_checks::problems(text, ignore, &expect);
+    assert_none("the pristine Dockerfile", check(&good, &ignore));
+    expect_caught(
+        check(&good.replace("USER 65532:65532", "USER root"), &ignore),
+        "USER root",
+    );
+    expect_caught(
+        check(&good.replace("USER 65532:65532\n", ""), &ignore),
+        "no USER",
+    );
+    expect_caught(
+        check(
+            &good.replace(
+                "FROM gcr.io/distroless/cc-debian12:nonroot",
+                "FROM debian:12-slim",
+            ),
+            &ignore,
+        ),
+        "not distroless",
+    );
+    expect_caught(
+        check(
+            &good.replace("COPY src ./src", "COPY source ./src"),
+            &ignore,
+        ),
+        "source source does not exist",
+    );
+    expect_caught(
+        check(&good, &format!("{ignore}\n/src\n")),
+        "excluded by the .dockerignore",
+    );
+    expect_caught(
+        check(
+            &good.replace("release/mrtr-gateway /usr", "release/gateway /usr"),
+            &ignore,
+        ),
+        "the final stage copies",
+    );
+    expect_caught(
+        check(&good.replace("EXPOSE 8080 9090", "EXPOSE 8080"), &ignore),
+        "port 9090",
+    );
+}
+
+#[test]
+fn broken_dashboards_are_caught() {
+    let good: Value = serde_json::from_str(&read("deploy/grafana/mrtr-gateway.json")).unwrap();
+    let text = serde_json::to_string(&good).unwrap();
+    let broken = |from: &str, to: &str| -> Vec<String> {
+        assert!(text.contains(from), "the dashboard has no {from:?}");
+        dashboard_checks::problems(&serde_json::from_str(&text.replace(from, to)).unwrap())
+    };
+    expect_caught(
+        broken("mrtr_gateway_draining", "mrtr_gateway_drained"),
+        "unknown metric mrtr_gateway_drained",
+    );
+    expect_caught(
+        broken("mrtr_gateway_draining", "mrtr_gateway_active_requests"),
+        "no panel charts mrtr_gateway_draining",
+    );
+    expect_caught(
+        broken("{instance_id=~\\\"$instance_id\\\"}", "{}"),
+        "not scoped by instance_id",
+    );
+    expect_caught(
+        broken("${datasource}", "prometheus"),
+        "does not use the datasource variable",
+    );
+}
+
+#[test]
+fn prometheus_durations_parse_like_the_crd_pattern() {
+    let d = |s: &str| prometheus_duration(&Value::from(s)).map(|d| d.as_millis());
+    assert_eq!(d("30s"), Some(30_000));
+    assert_eq!(d("1m30s"), Some(90_000));
+    assert_eq!(d("500ms"), Some(500));
+    assert_eq!(d("1h5m10s250ms"), Some(3_910_250));
+    assert_eq!(d("0"), Some(0));
+    for bad in ["", "30", "s", "30sec", "1s1m", "1m1m", "thirty", "-1s"] {
+        assert_eq!(d(bad), None, "{bad:?} was accepted");
+    }
+}

@@ -1,0 +1,29 @@
+//! The integration tests: one binary, one `support` module (gateways in front of the in-repo
+//! legacy server, the Python and TypeScript SDK peers, nginx, Redis, TLS material, logs).
+//!
+//! Under nextest every test still runs in a process of its own. Run one area with a filter
+//! on the module path, e.g. `cargo nextest run -E 'test(/^interop::/)'`.
+
+mod support;
+
+mod architecture;
+mod bridge;
+mod client_errors;
+mod demo;
+mod deploy;
+mod dual_era;
+mod faults;
+mod front;
+mod fuzz_state;
+mod interop;
+mod isolation;
+mod listen;
+mod ops;
+mod policy;
+mod pool;
+mod readiness;
+mod replicas;
+mod single_use_redis;
+mod transports;
+mod trust;
+mod upstream_tls;

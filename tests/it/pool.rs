@@ -1,0 +1,304 @@
+//! The legacy session pool: warm reuse, exclusive checkout, keys, discards, expiry.
+
+
+use std::time::Duration;
+
+use mrtr_testkit::client::ModernClient;
+use mrtr_testkit::legacy_server::{Handlers, LegacyServerConfig};
+use serde_json::json;
+use crate::support::*;
+
+fn handlers() -> Handlers {
+    Handlers::new()
+        .tool("echo", "", json!({"type": "object"}), |_, a| async move {
+            Ok(tool_text(a["m"].as_str().unwrap_or("").to_string()))
+        })
+        .tool("slow", "", json!({"type": "object"}), |ctx, _| async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok(tool_text(ctx.session_id().unwrap_or("?").to_string()))
+        })
+        .tool(
+            "whoami",
+            "",
+            json!({"type": "object"}),
+            |ctx, _| async move { Ok(tool_text(ctx.session_id().unwrap_or("?").to_string())) },
+        )
+}
+
+async fn call(env: &Env, name: &str) -> String {
+    let r = env
+        .client()
+        .request("tools/call", json!({"name": name, "arguments": {"m": "x"}}))
+        .await
+        .unwrap();
+    text(r.result().unwrap_or_else(|| panic!("{:?}", r.message)))
+}
+
+/// Calls `whoami` as `client`; returns the legacy session id that served it.
+async fn whoami(client: &ModernClient) -> String {
+    let r = client
+        .request("tools/call", json!({"name": "whoami", "arguments": {}}))
+        .await
+        .unwrap();
+    text(r.result().unwrap_or_else(|| panic!("{:?}", r.message)))
+}
+
+#[tokio::test]
+async fn sequential_calls_reuse_one_warm_session() {
+    let env = env(handlers()).await;
+    let first = call(&env, "whoami").await;
+    let opened = env.legacy.stats().sessions_opened();
+    for _ in 0..5 {
+        assert_eq!(
+            call(&env, "whoami").await,
+            first,
+            "the same legacy session served every call"
+        );
+    }
+    assert_eq!(env.legacy.stats().sessions_opened(), opened);
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_pool_checkouts_total",
+            &[("result", "hit")]
+        ),
+        5.0
+    );
+    assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 1.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn concurrent_calls_never_share_a_session() {
+    let env = env(handlers()).await;
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let c = env.client();
+        tasks.push(tokio::spawn(async move {
+            let r = c
+                .request("tools/call", json!({"name": "slow", "arguments": {}}))
+                .await
+                .unwrap();
+            text(r.result().unwrap())
+        }));
+    }
+    let mut sessions = std::collections::BTreeSet::new();
+    for t in tasks {
+        sessions.insert(t.await.unwrap());
+    }
+    assert_eq!(
+        sessions.len(),
+        5,
+        "each in-flight call had a session of its own"
+    );
+    assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 5.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn different_capability_sets_get_different_sessions() {
+    let env = env(handlers()).await;
+    let none = env.client().with_capabilities(json!({}));
+    let elicit = env.client().with_capabilities(json!({"elicitation": {}}));
+    let a = whoami(&none).await;
+    let b = whoami(&elicit).await;
+    assert_ne!(a, b);
+    let a2 = whoami(&none).await;
+    assert_eq!(a, a2);
+    // The elicitation-capable session declared elicitation; the other did not.
+    let caps = |sid: &str| env.legacy.session(sid).unwrap().client_capabilities.clone();
+    assert_eq!(caps(&a), json!({}));
+    assert_eq!(caps(&b)["elicitation"], json!({"form": {}}));
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_request_arriving_while_idle_discards_the_session() {
+    let env = env(handlers()).await;
+    let sid = call(&env, "whoami").await;
+    // The legacy server asks something out of the blue on the idle session's GET stream.
+    let ask = tokio::time::timeout(
+        Duration::from_secs(5),
+        env.legacy
+            .request_on_get_stream(&sid, "roots/list", json!({})),
+    );
+    let next_call = async {
+        assert!(
+            env.legacy
+                .stats()
+                .wait_until(
+                    |s| s.sent_requests().iter().any(|r| r.method == "roots/list"),
+                    Duration::from_secs(3)
+                )
+                .await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        call(&env, "whoami").await
+    };
+    let (asked, next) = tokio::join!(ask, next_call);
+    assert_ne!(
+        next, sid,
+        "the session with an unowned request was not reused"
+    );
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_pool_discards_total",
+            &[("reason", "unattributed_request")]
+        ),
+        1.0
+    );
+    // Nobody answered it: the session was closed instead.
+    assert!(matches!(asked, Ok(Err(_))), "{asked:?}");
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_the_server_expired_is_replaced_transparently() {
+    let env = env(handlers()).await;
+    let first = call(&env, "whoami").await;
+    assert_eq!(env.legacy.faults().expire_all_sessions(), 1);
+    let second = call(&env, "whoami").await;
+    assert_ne!(first, second);
+    assert_eq!(env.legacy.stats().http_errors(404), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_cancelled_call_does_not_return_its_session() {
+    let env = env(handlers()).await;
+    let mut c = env.client();
+    c.timeout = Duration::from_millis(100);
+    assert!(
+        c.request("tools/call", json!({"name": "slow", "arguments": {}}))
+            .await
+            .is_err()
+    );
+    assert!(
+        env.legacy
+            .stats()
+            .wait_until(|s| s.sessions_live() == 0, Duration::from_secs(3))
+            .await,
+        "the cancelled call's session was closed"
+    );
+    assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 0.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn per_call_mode_opens_and_deletes_a_session_per_call() {
+    let env = env_with(
+        LegacyServerConfig::default(),
+        handlers(),
+        "",
+        "[pool]\nmode = \"per-call\"\n",
+    )
+    .await;
+    let a = call(&env, "whoami").await;
+    let b = call(&env, "whoami").await;
+    assert_ne!(a, b);
+    assert!(
+        env.legacy
+            .stats()
+            .wait_until(|s| s.sessions_live() == 0, Duration::from_secs(3))
+            .await
+    );
+    assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 0.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn idle_sessions_expire() {
+    let env = env_with(
+        LegacyServerConfig::default(),
+        handlers(),
+        "",
+        "[pool]\nidle_timeout = \"1s\"\n",
+    )
+    .await;
+    call(&env, "whoami").await;
+    assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 1.0);
+    assert!(
+        env.legacy
+            .stats()
+            .wait_until(
+                |s| s.sessions_live() == 0 && s.sessions_deleted() >= 1,
+                Duration::from_secs(5)
+            )
+            .await,
+        "the idle session was not closed"
+    );
+    assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 0.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn warm_up_opens_sessions_at_start_that_matching_calls_use() {
+    let env = env_with(
+        LegacyServerConfig::default(),
+        handlers(),
+        "",
+        "[pool]\nwarm_up = 2\nwarm_up_capabilities = [\"elicitation\", \"roots\"]\n",
+    )
+    .await;
+    assert!(
+        eventually(Duration::from_secs(5), || metric(
+            &env.gw,
+            "mrtr_gateway_pool_idle_sessions",
+            &[]
+        ) == 2.0)
+        .await,
+        "two sessions were warmed before any request"
+    );
+    assert_eq!(env.legacy.stats().sessions_opened(), 2);
+
+    // A request declaring exactly the warmed set takes a warm session: no new initialize.
+    let warm = env
+        .client()
+        .with_capabilities(json!({"roots": {}, "elicitation": {}}));
+    let sid = whoami(&warm).await;
+    assert_eq!(env.legacy.stats().sessions_opened(), 2);
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_pool_checkouts_total",
+            &[("result", "hit")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        env.legacy.session(&sid).unwrap().client_capabilities,
+        json!({"roots": {"listChanged": true}, "elicitation": {"form": {}}}),
+        "the warm session declared the configured capabilities"
+    );
+
+    // Any other set does not match the warm sessions.
+    whoami(&env.client().with_capabilities(json!({"sampling": {}}))).await;
+    assert_eq!(env.legacy.stats().sessions_opened(), 3);
+    env.stop().await;
+}
+
+#[test]
+fn warm_up_is_refused_where_its_key_cannot_be_known() {
+    use mrtr_gateway::config::Config;
+    let base =
+        format!("[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n[pool]\nwarm_up = 1\n");
+    let err = |extra: &str| {
+        Config::from_toml_str(&format!("{base}{extra}"), &[], None)
+            .expect_err("refused")
+            .to_string()
+    };
+    assert!(Config::from_toml_str(&base, &[], None).is_ok());
+    assert!(err("mode = \"per-call\"\n").contains("pool.warm_up"));
+    assert!(err("max_idle_per_key = 0\n").contains("pool.warm_up"));
+    assert!(err("warm_up_capabilities = [\"telepathy\"]\n").contains("pool.warm_up_capabilities"));
+    assert!(
+        err("[auth]\nupstream_credentials = \"forward\"\n").contains("pool.warm_up"),
+        "forwarded credentials key the pool"
+    );
+    assert!(
+        err("[auth]\nmode = \"header\"\n[auth.header]\nname = \"x-user\"\ntrusted_sources = [\"127.0.0.1\"]\n")
+            .contains("pool.warm_up"),
+        "authenticated principals key the pool"
+    );
+}

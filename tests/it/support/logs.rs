@@ -1,0 +1,92 @@
+//! The gateway's log lines, captured in-process as JSON (one subscriber per test process,
+//! installed on first use), so a test can check what the log says and what the client did not
+//! hear: `capture()` at the start of a test, then `warn_lines(request_id)`.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde_json::Value;
+
+#[derive(Clone, Default)]
+struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Buffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+static BUFFER: OnceLock<Buffer> = OnceLock::new();
+
+/// Starts capturing (idempotent). Lines at WARN and above are kept.
+pub fn capture() {
+    BUFFER.get_or_init(|| {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_current_span(true)
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other global subscriber in this test process");
+        buffer
+    });
+}
+
+/// Every captured line, parsed.
+pub fn lines() -> Vec<Value> {
+    let buffer = BUFFER.get().expect("logs::capture() was called");
+    let bytes = buffer.0.lock().unwrap().clone();
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The WARN lines of the request `request_id` (the id in the line's fields or its span), each
+/// as its message and its `detail` field.
+pub fn warn_lines(request_id: &str) -> Vec<String> {
+    lines()
+        .into_iter()
+        .filter(|l| l["level"] == "WARN")
+        .filter(|l| {
+            l["fields"]["request_id"] == request_id || l["span"]["request_id"] == request_id
+        })
+        .map(|l| {
+            let field = |k: &str| l["fields"][k].as_str().unwrap_or_default().to_string();
+            format!("{} | {}", field("message"), field("detail"))
+        })
+        .collect()
+}
+
+/// The request id a client was given in `error.data.requestId`.
+pub fn request_id_of(error: &Value) -> String {
+    error["data"]["requestId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error.data.requestId in {error}"))
+        .to_string()
+}
+
+/// The WARN lines of the request whose error is `error`, after checking the client's error
+/// does not contain `detail` and some WARN line with the same request id does.
+pub fn assert_detail_logged_not_told(error: &Value, detail: &str) -> Vec<String> {
+    let told = error.to_string();
+    assert!(
+        !told.contains(detail),
+        "the client was told {detail:?}: {told}"
+    );
+    let id = request_id_of(error);
+    let warned = warn_lines(&id);
+    assert!(
+        warned.iter().any(|l| l.contains(detail)),
+        "no WARN line with request_id {id} holds {detail:?}: {warned:#?}"
+    );
+    warned
+}

@@ -1,0 +1,191 @@
+//! Shared pieces of the integration tests: a gateway in front of the in-repo legacy server,
+//! configurations, and the scripted answers a test client gives.
+
+pub mod admin;
+pub mod logs;
+pub mod nginx;
+pub mod peers;
+pub mod procs;
+pub mod round_robin;
+pub mod tls;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mrtr_gateway::config::Config;
+use mrtr_gateway::front::listener::{self, Running};
+use mrtr_gateway::gateway::Gateway;
+use mrtr_testkit::client::ModernClient;
+use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
+use serde_json::{Value, json};
+
+pub const TEST_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+/// A gateway configuration for `upstream`, with `extra` TOML sections appended (they may
+/// not repeat `[listen]`, `[upstream]` or `[state]`; use `upstream_extra`/`state_extra`).
+pub fn config(upstream: &str, upstream_extra: &str, state_extra: &str, extra: &str) -> Config {
+    config_with_upstream(
+        &format!(
+            "url = \"{upstream}\"\nresponse_timeout = \"5s\"\ncall_timeout = \"20s\"\n{upstream_extra}"
+        ),
+        state_extra,
+        extra,
+    )
+}
+
+/// A gateway configuration whose whole `[upstream]` table is `upstream` (for transports and
+/// timeouts other than the defaults `config` writes).
+pub fn config_with_upstream(upstream: &str, state_extra: &str, extra: &str) -> Config {
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\n\
+         [upstream]\n{upstream}\n\
+         [state]\n{state_extra}\n\
+         [[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n\
+         {extra}\n"
+    );
+    Config::from_toml_str(&text, &[], None).unwrap_or_else(|e| panic!("test config: {e}\n{text}"))
+}
+
+/// `items` as a TOML array of strings.
+pub fn toml_strings<S: AsRef<str>>(items: &[S]) -> String {
+    let v: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
+    // JSON string escapes are valid TOML basic-string escapes.
+    serde_json::to_string(&v).expect("strings serialize")
+}
+
+pub struct Env {
+    pub legacy: LegacyServer,
+    pub gw: Arc<Gateway>,
+    pub running: Running,
+    pub url: String,
+}
+
+impl Env {
+    pub fn client(&self) -> ModernClient {
+        ModernClient::new(&self.url)
+    }
+
+    pub async fn stop(self) {
+        // As `serve` does when it stops accepting: long-lived streams end instead of holding
+        // the drain.
+        self.gw.begin_shutdown();
+        self.running.stop().await;
+        self.legacy.shutdown().await;
+    }
+}
+
+pub async fn start_gateway(cfg: Config) -> (Arc<Gateway>, Running, String) {
+    // WARN lines are kept, so a test can find a failure's detail by the client's request id.
+    logs::capture();
+    let gw = Gateway::new(cfg);
+    let running = listener::start(gw.clone(), gw.config().listen.addr)
+        .await
+        .expect("gateway binds");
+    let url = format!("http://{}{}", running.addr, gw.config().listen.path);
+    (gw, running, url)
+}
+
+/// The in-repo legacy server with `handlers`, and a gateway in front of it.
+pub async fn env_with(
+    server: LegacyServerConfig,
+    handlers: Handlers,
+    state_extra: &str,
+    extra: &str,
+) -> Env {
+    let legacy = LegacyServer::start(server, handlers)
+        .await
+        .expect("legacy server starts");
+    let cfg = config(&legacy.url(), "", state_extra, extra);
+    let (gw, running, url) = start_gateway(cfg).await;
+    Env {
+        legacy,
+        gw,
+        running,
+        url,
+    }
+}
+
+pub async fn env(handlers: Handlers) -> Env {
+    env_with(LegacyServerConfig::default(), handlers, "", "").await
+}
+
+/// A one-field form schema.
+pub fn form(field: &str) -> Value {
+    json!({"type": "object", "properties": {field: {"type": "string"}}, "required": [field]})
+}
+
+pub fn text(result: &Value) -> String {
+    result
+        .pointer("/content/0/text")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+pub fn tool_text(s: impl Into<String>) -> Value {
+    json!({"content": [{"type": "text", "text": s.into()}]})
+}
+
+/// Answers as a cooperative user and model would: form fields get `"<field>-answer"`,
+/// sampling says "sampled", roots are one project directory.
+pub fn answer(_key: &str, req: &Value) -> Result<Value, String> {
+    match req["method"].as_str() {
+        Some("elicitation/create") => {
+            let mut content = serde_json::Map::new();
+            if let Some(props) = req
+                .pointer("/params/requestedSchema/properties")
+                .and_then(Value::as_object)
+            {
+                for k in props.keys() {
+                    content.insert(k.clone(), json!(format!("{k}-answer")));
+                }
+            }
+            Ok(json!({"action": "accept", "content": content}))
+        }
+        Some("sampling/createMessage") => Ok(json!({
+            "role": "assistant", "content": {"type": "text", "text": "sampled"},
+            "model": "m", "stopReason": "endTurn"
+        })),
+        Some("roots/list") => Ok(json!({"roots": [{"uri": "file:///work/project", "name": "p"}]})),
+        other => Err(format!("unexpected input request {other:?}")),
+    }
+}
+
+/// Polls `cond` until it holds or `timeout` passes.
+pub async fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The value of a metric sample line, e.g. `mrtr_gateway_requests_total{method="tools/call",outcome="complete"}`.
+pub fn metric(gw: &Gateway, name: &str, labels: &[(&str, &str)]) -> f64 {
+    sample(&gw.metrics.render(), name, labels)
+}
+
+/// The first sample of `name` whose labels include `labels`, in Prometheus text; 0 if none.
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    for line in text.lines() {
+        if line.starts_with('#') || !line.starts_with(name) {
+            continue;
+        }
+        let rest = &line[name.len()..];
+        if !(rest.starts_with('{') || rest.starts_with(' ')) {
+            continue;
+        }
+        if labels
+            .iter()
+            .all(|(k, v)| line.contains(&format!("{k}=\"{v}\"")))
+        {
+            return line.rsplit(' ').next().unwrap().parse().unwrap();
+        }
+    }
+    0.0
+}
