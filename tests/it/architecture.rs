@@ -140,6 +140,7 @@ fn the_release_binary_links_no_fixture() {
 const MODULE_ORDER: &[&str] = &[
     "clock",
     "error",
+    "tls",
     "telemetry",
     "inherited_fds",
     "request_id",
@@ -169,7 +170,6 @@ const MODULE_ORDER: &[&str] = &[
 const KNOWN_UPWARD: &[(&str, &str)] = &[
     // Leaves that read their section types from `config`: each leaf should own its section
     // and `config` compose them (issue 22, point 3).
-    ("clock", "state"),
     ("telemetry", "config"),
     ("state", "config"),
     ("single_use", "config"),
@@ -179,11 +179,7 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("config", "legacy"),
     ("config", "discover"),
     ("config", "admin"),
-    // The legacy client takes the rustls provider from the front's TLS module (one `tls`
-    // leaf for both).
-    ("legacy", "front"),
     // The `Gateway` hub: every layer reaches into it (issue 22, point 7).
-    ("request_id", "gateway"),
     ("discover", "gateway"),
     ("mrtr", "gateway"),
     ("front", "gateway"),

@@ -5,7 +5,15 @@
 //! disagree about the time: [`Clock::offset`] is a clock that runs a fixed number of seconds
 //! ahead of (or behind) the system's. Production uses [`Clock::system`].
 
-use crate::state::now_secs;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Unix seconds now, by the system clock.
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
 
 /// Unix seconds, optionally shifted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -64,12 +64,6 @@ impl Drop for Gateway {
 
 pub use crate::readiness::Readiness;
 
-/// A random instance id: 8 bytes, hex.
-pub fn random_instance_id() -> String {
-    let mut b = [0u8; 8];
-    getrandom::fill(&mut b).expect("the OS random source failed");
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
 
 impl Gateway {
     /// Builds the gateway; panics on a configuration the loader should have refused (tests,
@@ -88,7 +82,7 @@ impl Gateway {
         config: Config,
         clock: crate::clock::Clock,
     ) -> Result<Arc<Gateway>, String> {
-        let instance_id = config.replica.id.clone().unwrap_or_else(random_instance_id);
+        let instance_id = config.replica.id.clone().unwrap_or_else(crate::request_id::random_id);
         let slots = config.listen.max_concurrent_requests;
         let metrics = Metrics::new(&instance_id);
         let hits = LimitHits::new(metrics.limit_hits.clone());

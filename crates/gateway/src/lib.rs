@@ -24,5 +24,6 @@ pub mod request_id;
 pub mod single_use;
 pub mod state;
 pub mod telemetry;
+pub mod tls;
 pub mod translate;
 pub mod upstream_error;

@@ -13,13 +13,20 @@ tokio::task_local! {
     static CURRENT: RequestId;
 }
 
+/// A random id: 8 bytes, hex (request ids, and replica ids when none is configured).
+pub fn random_id() -> String {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).expect("the OS random source failed");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestId(Arc<str>);
 
 impl RequestId {
     /// A fresh random id: 8 bytes, hex.
     pub fn new() -> RequestId {
-        RequestId(crate::gateway::random_instance_id().into())
+        RequestId(random_id().into())
     }
 
     pub fn as_str(&self) -> &str {

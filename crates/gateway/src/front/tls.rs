@@ -18,10 +18,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::config::{ClientAuth, TlsConfig};
 
-/// The crypto provider every rustls configuration of the gateway uses.
-pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
-}
+pub use crate::tls::provider;
 
 pub struct TlsReloader {
     files: TlsConfig,

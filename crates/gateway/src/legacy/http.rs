@@ -70,7 +70,7 @@ impl UpstreamHttp {
             Some(tls) => tls.client_config(),
             // A plain-http upstream: no TLS is ever negotiated, so nothing is trusted.
             None => std::sync::Arc::new(
-                rustls::ClientConfig::builder_with_provider(crate::front::tls::provider())
+                rustls::ClientConfig::builder_with_provider(crate::tls::provider())
                     .with_safe_default_protocol_versions()
                     .expect("the provider supports the default versions")
                     .with_root_certificates(rustls::RootCertStore::empty())

@@ -125,7 +125,7 @@ impl UpstreamTls {
                 }
             }
         }
-        let builder = ClientConfig::builder_with_provider(crate::front::tls::provider())
+        let builder = ClientConfig::builder_with_provider(crate::tls::provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsFileError {
                 key: "upstream.url",

@@ -8,7 +8,7 @@ pub mod seal;
 pub mod session_ticket;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
@@ -70,12 +70,7 @@ pub struct StateCodec {
     limits: ArcSwap<StateLimits>,
 }
 
-pub fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+pub use crate::clock::now_secs;
 
 impl StateCodec {
     pub fn new(keys: &[StateKeySpec], ttl: Duration, max_bytes: usize) -> StateCodec {
