@@ -9,8 +9,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
-
 use mrtr_gateway::admin;
 use mrtr_gateway::config::Config;
 use mrtr_gateway::descriptor_budget;
@@ -48,7 +46,8 @@ pub async fn run(
     };
     let listener = tokio::net::TcpListener::bind(cfg.listen.addr).await?;
     let addr = listener.local_addr()?;
-    let background = CancellationToken::new();
+    // Admin and reload run until the drain's last phase.
+    let background = gw.drain.stopped().clone();
     if let Some(admin_addr) = cfg.admin.addr {
         let admin_listener = tokio::net::TcpListener::bind(admin_addr).await?;
         tracing::info!(addr = %admin_listener.local_addr()?, "admin listening (/metrics, /healthz, /readyz)");
@@ -58,7 +57,7 @@ pub async fn run(
         %addr,
         path = %cfg.listen.path,
         tls = tls.is_some(),
-        upstream = %gw.upstream().describe(),
+        upstream = %gw.sessions.upstream().describe(),
         instance_id = %gw.instance_id,
         "mrtr-gateway listening"
     );
@@ -82,9 +81,7 @@ pub async fn run(
     };
     tokio::spawn(reloader.run(background.clone()));
 
-    let stop_accepting = CancellationToken::new();
     let drain_gw = gw.clone();
-    let stop = stop_accepting.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
         drain_gw.start_draining();
@@ -98,20 +95,20 @@ pub async fn run(
             }
         }
         tracing::info!("no longer accepting connections; finishing in-flight requests");
-        stop.cancel();
-        // Hook (long-lived responses): listen streams send their final response and end, and
+        // The listener stops accepting; listen streams send their final response and end, and
         // legacy GET streams end, instead of holding the drain until its deadline.
-        drain_gw.begin_shutdown();
+        drain_gw.drain.close();
         wait_for_signal().await;
         tracing::warn!("second signal: exiting now");
         std::process::exit(1);
     });
     let deadline = cfg.drain.deadline;
     drop(cfg);
-    listener::serve(gw.clone(), listener, tls, stop_accepting, deadline).await;
+    let closing = gw.drain.closing().clone();
+    listener::serve(gw.clone(), listener, tls, closing, deadline).await;
     // Parked calls will never be resumed by this process: cancel them upstream.
     gw.release_parked().await;
-    background.cancel();
+    gw.drain.stop();
     tracing::info!("mrtr-gateway stopped");
     Ok(())
 }

@@ -1,16 +1,15 @@
 //! The MRTR bridge against the scripted in-repo legacy server: capture, replay, rounds,
 //! id spaces, streams, limits and the legacy transport's corner cases.
 
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::support::*;
 use mrtr_testkit::legacy_server::{
     Handlers, LegacyServerConfig, MessageKind, RpcError, ServerRequestIds, SseFraming,
 };
 use serde_json::{Value, json};
-use crate::support::*;
 
 fn greet_handlers() -> Handlers {
     Handlers::new().tool(

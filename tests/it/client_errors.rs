@@ -3,16 +3,15 @@
 //! address or URL userinfo). The detail is in a WARN log line carrying the same request id.
 //! URL userinfo is also kept out of what `check-config` and the "listening" line print.
 
-
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use mrtr_testkit::client::{Exchange, ModernClient};
-use serde_json::{Value, json};
 use crate::support::logs::assert_detail_logged_not_told;
 use crate::support::peers::PyLegacyServer;
 use crate::support::*;
+use mrtr_testkit::client::{Exchange, ModernClient};
+use serde_json::{Value, json};
 
 async fn tools_list(url: &str) -> Exchange {
     ModernClient::new(url)

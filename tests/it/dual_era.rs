@@ -2,18 +2,17 @@
 //! server as a legacy session, server requests and all, under a session id the gateway sealed;
 //! any replica can serve any of its requests. Forged, tampered and foreign session ids get 404.
 
-
 use std::time::Duration;
 
+use crate::support::peers::{PyLegacyServer, legacy_client, result_text};
+use crate::support::procs::{remote_metric, spawn_gateway};
+use crate::support::round_robin::RoundRobin;
+use crate::support::*;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use mrtr_testkit::client::{Exchange, ModernClient};
 use mrtr_testkit::legacy_server::Handlers;
 use serde_json::json;
-use crate::support::peers::{PyLegacyServer, legacy_client, result_text};
-use crate::support::procs::{remote_metric, spawn_gateway};
-use crate::support::round_robin::RoundRobin;
-use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(10);
 const ROOTS: &str = "file:///tmp/project-a,file:///tmp/project-b";

@@ -15,13 +15,13 @@
 //! admin listener, per-principal quotas on long-lived streams and parked stdio calls) are in
 //! `faults/edge.rs`.
 
-
 mod edge;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use bytes::Bytes;
 use http::{Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
@@ -31,7 +31,6 @@ use mrtr_gateway::config::Config;
 use mrtr_testkit::client::{Exchange, ModernClient};
 use mrtr_testkit::legacy_server::{CallStreamFault, Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
-use crate::support::*;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 
@@ -131,7 +130,7 @@ fn tasks() -> usize {
 /// Waits (bounded) until neither side holds anything for finished calls.
 async fn assert_quiet(gw: &mrtr_gateway::gateway::Gateway, legacy: &LegacyServer) {
     // Warm sessions are kept on purpose; anything else left would be a leak.
-    gw.pool.clear().await;
+    gw.sessions.pool().clear().await;
     let quiet = eventually(Duration::from_secs(5), || {
         metric(gw, "mrtr_gateway_legacy_sessions_active", &[]) == 0.0
             && metric(gw, "mrtr_gateway_active_requests", &[]) == 0.0
@@ -191,7 +190,7 @@ async fn a_failing_initialize_is_a_502_naming_it() {
     let env = fault_env(Handlers::new(), SHORT).await;
     repeat_fault(&env, async |_| {
         // A warm session would need no initialize.
-        env.gw.pool.clear().await;
+        env.gw.sessions.pool().clear().await;
         env.legacy.faults().fail_initialize(Some(500));
         let ex = call(&env, "echo", json!({"arguments": {"text": "x"}})).await;
         env.legacy.faults().fail_initialize(None);
@@ -673,7 +672,7 @@ async fn a_client_that_never_reads_does_not_hold_the_legacy_call_past_call_timeo
     );
     // Others are still served meanwhile (their warm session is put away, not counted below).
     healthy(&env).await;
-    env.gw.pool.clear().await;
+    env.gw.sessions.pool().clear().await;
     // call_timeout bounds the time a request spends upstream: the legacy call must be let go
     // even though the client keeps its connection open.
     let released = eventually(Duration::from_secs(4), || {

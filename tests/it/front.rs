@@ -2,13 +2,12 @@
 //! Every refusal must carry a JSON-RPC body (with the id when it was readable) and the
 //! status the spec gives.
 
-
+use crate::support::*;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use mrtr_testkit::client::{Exchange, ModernClient};
 use mrtr_testkit::legacy_server::Handlers;
 use serde_json::{Value, json};
-use crate::support::*;
 
 fn handlers() -> Handlers {
     Handlers::new().tool("t", "", json!({"type": "object"}), |_, _| async move {

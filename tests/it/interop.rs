@@ -3,10 +3,11 @@
 //! Each flow runs with the SDK's automatic input loop, and again in "raw" mode where the
 //! client drives the rounds itself and checks every round's shape.
 
-
-use serde_json::Value;
-use crate::support::peers::{PyLegacyServer, assert_ok, input_rounds, modern_scenario, result_text};
+use crate::support::peers::{
+    PyLegacyServer, assert_ok, input_rounds, modern_scenario, result_text,
+};
 use crate::support::*;
+use serde_json::Value;
 
 struct Interop {
     legacy: PyLegacyServer,

@@ -13,17 +13,16 @@
 //!
 //! (`initialize` sent as a 2026-07-28 request, issue 11's last point, is in `front.rs`.)
 
-
 use std::time::Duration;
 
-use http::HeaderValue;
-use mrtr_testkit::client::{ClientError, EventStream, ModernClient};
-use mrtr_testkit::legacy_server::{CredentialView, Handlers, LegacyServer, LegacyServerConfig};
-use serde_json::{Value, json};
 use crate::support::peers::{
     EverythingServer, PyLegacyServer, legacy_client, modern_scenario, result_text,
 };
 use crate::support::*;
+use http::HeaderValue;
+use mrtr_testkit::client::{ClientError, EventStream, ModernClient};
+use mrtr_testkit::legacy_server::{CredentialView, Handlers, LegacyServer, LegacyServerConfig};
+use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(10);
 const ACK: &str = "notifications/subscriptions/acknowledged";

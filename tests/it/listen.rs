@@ -3,16 +3,15 @@
 //! lifetime following the stream's, graceful shutdown, the stream limit, keep-alives; against the
 //! in-repo legacy server and against FastMCP.
 
-
 use std::time::Duration;
 
+use crate::support::peers::PyLegacyServer;
+use crate::support::*;
 use bytes::Bytes;
 use http::{HeaderValue, Method};
 use mrtr_testkit::client::{ClientError, EventStream, ModernClient};
 use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig, RpcError};
 use serde_json::{Value, json};
-use crate::support::peers::PyLegacyServer;
-use crate::support::*;
 
 const SUB: &str = "io.modelcontextprotocol/subscriptionId";
 const ACK: &str = "notifications/subscriptions/acknowledged";
@@ -268,7 +267,7 @@ async fn shutdown_ends_each_stream_with_the_graceful_response() {
     let c = env.client();
     let mut s = listen(&c, json!({"toolsListChanged": true})).await;
     ack(&mut s).await;
-    env.gw.begin_shutdown();
+    env.gw.drain.close();
     let last = s
         .next_within(WAIT)
         .await

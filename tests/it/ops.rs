@@ -1,11 +1,12 @@
 //! Operating the gateway: admin endpoints, metrics values, reload, drain, TLS, limits, the CLI.
 
-
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::admin::{get, start as start_admin};
+use crate::support::*;
 use mrtr_gateway::config::Config;
 use mrtr_gateway::front::listener;
 use mrtr_gateway::front::tls::TlsReloader;
@@ -14,8 +15,6 @@ use mrtr_gateway::reload::Reloader;
 use mrtr_testkit::client::ModernClient;
 use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
-use crate::support::admin::{get, start as start_admin};
-use crate::support::*;
 
 fn greet() -> Handlers {
     Handlers::new()
@@ -739,7 +738,8 @@ async fn tls_front_reloads_certificates_and_mtls_requires_a_client_certificate()
     assert_eq!(served, first.der);
 
     // Without a client certificate the handshake (or the first read) fails.
-    let refused = crate::support::tls::post(running.addr, &ca.pem(), None, "/mcp", &headers, &bytes).await;
+    let refused =
+        crate::support::tls::post(running.addr, &ca.pem(), None, "/mcp", &headers, &bytes).await;
     assert!(refused.is_err(), "{refused:?}");
 
     // Swap the certificate on disk and reload: new connections get the new one, nothing else changes.

@@ -9,17 +9,16 @@
 //! line from a log subscriber scoped to the test. The in-repo scripted server covers a URL
 //! elicitation on the standalone GET stream.
 
-
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
+use crate::support::peers::PyLegacyServer;
+use crate::support::*;
 use mrtr_gateway::front::listener::Running;
 use mrtr_gateway::gateway::Gateway;
 use mrtr_testkit::client::{Exchange, ModernClient};
 use mrtr_testkit::legacy_server::{Handlers, LegacyServerConfig};
 use serde_json::{Value, json};
-use crate::support::peers::PyLegacyServer;
-use crate::support::*;
 
 /// The twelve URLs of the issue, each with the reason the default policy refuses it.
 const BAD_URLS: [(&str, &str); 12] = [

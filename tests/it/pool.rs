@@ -1,12 +1,11 @@
 //! The legacy session pool: warm reuse, exclusive checkout, keys, discards, expiry.
 
-
 use std::time::Duration;
 
+use crate::support::*;
 use mrtr_testkit::client::ModernClient;
 use mrtr_testkit::legacy_server::{Handlers, LegacyServerConfig};
 use serde_json::json;
-use crate::support::*;
 
 fn handlers() -> Handlers {
     Handlers::new()

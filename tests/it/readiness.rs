@@ -2,13 +2,12 @@
 //! configured credentials), a stdio command that starts. Against the Python FastMCP peer, and
 //! nginx where a server must demand a token.
 
-
-use serde_json::Value;
 use crate::support::nginx::{Nginx, NginxTls};
 use crate::support::peers::tempdir::TempDir;
 use crate::support::peers::{PyLegacyServer, python_stdio_command};
 use crate::support::tls::Ca;
 use crate::support::*;
+use serde_json::Value;
 
 /// `/readyz` through the admin listener: status, and the `upstream` check.
 async fn readyz(admin: &str) -> (u16, Value) {

@@ -2,16 +2,15 @@
 //! parking that saves re-execution, no cross-talk under load, and parked calls that expire.
 //! Replicas are separate gateway processes sharing state keys.
 
-
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mrtr_testkit::client::ModernClient;
-use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
-use serde_json::{Value, json};
 use crate::support::peers::PyLegacyServer;
 use crate::support::procs::{remote_metric, spawn_gateway};
 use crate::support::*;
+use mrtr_testkit::client::ModernClient;
+use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
+use serde_json::{Value, json};
 
 struct Dir(PathBuf);
 

@@ -8,7 +8,6 @@
 //! which counts tool executions) against that Redis: two replicas whose clocks differ, and a
 //! Redis that stalls past the command timeout (`CLIENT PAUSE`).
 
-
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;

@@ -3,24 +3,23 @@
 //! children that crash, hang, babble or cannot start; and the Streamable HTTP details (SSE
 //! polling and resumption, a GET stream that breaks, a stateless server).
 
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use mrtr_gateway::front::listener::Running;
-use mrtr_gateway::gateway::Gateway;
-use mrtr_gateway::legacy::upstream::Upstream;
-use mrtr_testkit::client::ModernClient;
-use mrtr_testkit::legacy_server::{CallStreamFault, Handlers, LegacyServer, LegacyServerConfig};
-use serde_json::{Value, json};
 use crate::support::peers::tempdir::TempDir;
 use crate::support::peers::{
     PyLegacyServer, assert_ok, input_rounds, legacy_python, modern_scenario, python_stdio_command,
     repo, result_text, starts_in,
 };
 use crate::support::*;
+use mrtr_gateway::front::listener::Running;
+use mrtr_gateway::gateway::Gateway;
+use mrtr_gateway::legacy::upstream::Upstream;
+use mrtr_testkit::client::ModernClient;
+use mrtr_testkit::legacy_server::{CallStreamFault, Handlers, LegacyServer, LegacyServerConfig};
+use serde_json::{Value, json};
 
 #[derive(Clone, Copy, Debug)]
 enum Kind {
@@ -185,7 +184,7 @@ impl Bridge {
     /// sessions the pool keeps on purpose are closed.
     async fn assert_all_closed(&self) {
         let gw = self.gw.clone();
-        gw.pool.clear().await;
+        gw.sessions.pool().clear().await;
         assert!(
             eventually(Duration::from_secs(15), || {
                 metric(&gw, "mrtr_gateway_legacy_sessions_active", &[]) == 0.0
@@ -209,7 +208,7 @@ impl Bridge {
 
 /// stdio children alive now (0 for other transports).
 fn live_children(gw: &Gateway) -> usize {
-    match &*gw.upstream() {
+    match &*gw.sessions.upstream() {
         Upstream::Stdio(s) => s.live_children(),
         _ => 0,
     }
@@ -311,7 +310,7 @@ impl Faulty {
     async fn stop(self) {
         let gw = self.gw.clone();
         // Warm sessions are kept on purpose; anything else left would be a leak.
-        gw.pool.clear().await;
+        gw.sessions.pool().clear().await;
         assert!(
             eventually(Duration::from_secs(10), || live_children(&gw) == 0).await,
             "children left: {}",
@@ -376,7 +375,9 @@ async fn fails_then_recovers(f: &Faulty, expected: Expect<'_>, status: u16) -> V
             assert!(msg.contains(part), "{msg}");
             Vec::new()
         }
-        Expect::Logged(detail) => crate::support::logs::assert_detail_logged_not_told(&error, detail),
+        Expect::Logged(detail) => {
+            crate::support::logs::assert_detail_logged_not_told(&error, detail)
+        }
     };
     let pids = f.pids();
     assert_eq!(pids.len(), before + 1, "one child for the call: {pids:?}");
@@ -477,8 +478,10 @@ async fn a_command_that_cannot_start_is_backed_off_with_a_clear_error() {
     let first = f.call().await;
     assert_eq!(first.status.as_u16(), 502);
     // The command line is an internal: the log names it, the client does not hear it.
-    let warned =
-        crate::support::logs::assert_detail_logged_not_told(first.error().unwrap(), "no-such-server");
+    let warned = crate::support::logs::assert_detail_logged_not_told(
+        first.error().unwrap(),
+        "no-such-server",
+    );
     assert!(
         warned.iter().any(|l| l.contains("cannot start")),
         "{warned:#?}"
@@ -499,7 +502,10 @@ async fn a_command_that_cannot_start_is_backed_off_with_a_clear_error() {
         assert_eq!(ex.status.as_u16(), 502, "{:?}", ex.message);
     }
     let held_back = held_back.expect("a call arrives while the command is backed off");
-    crate::support::logs::assert_detail_logged_not_told(held_back.error().unwrap(), "no-such-server");
+    crate::support::logs::assert_detail_logged_not_told(
+        held_back.error().unwrap(),
+        "no-such-server",
+    );
     assert!(
         error_message(&held_back).contains("the next attempt is in"),
         "{:?}",

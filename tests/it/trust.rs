@@ -1,9 +1,10 @@
 //! requestState you can trust: the tamper matrix, single use under duplicate races (memory,
 //! and Redis shared by two gateway processes), and identity binding with JWT.
 
-
 use std::time::Duration;
 
+use crate::support::procs::{spawn_gateway, start_redis};
+use crate::support::*;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use mrtr_gateway::config::StateKeySpec;
@@ -11,8 +12,6 @@ use mrtr_gateway::state::StateCodec;
 use mrtr_testkit::client::{Exchange, ModernClient};
 use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
-use crate::support::procs::{spawn_gateway, start_redis};
-use crate::support::*;
 
 fn handlers() -> Handlers {
     Handlers::new()
@@ -606,7 +605,7 @@ async fn an_unreachable_redis_fails_closed_and_readiness_says_so() {
         before,
         "nothing ran without the replay guard"
     );
-    let readiness = gw.readiness().await;
+    let readiness = mrtr_gateway::readiness::evaluate(&gw).await;
     assert!(!readiness.ready());
     assert!(
         readiness

@@ -3,19 +3,18 @@
 //! transports, the CA file, the system store refusing an unknown CA, host-name verification,
 //! mTLS to the upstream, and a rotated CA file picked up by the file watcher.
 
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mrtr_gateway::config::Config;
-use mrtr_gateway::gateway::Gateway;
-use mrtr_gateway::reload::Reloader;
-use serde_json::{Value, json};
 use crate::support::nginx::{Nginx, NginxTls};
 use crate::support::peers::tempdir::TempDir;
 use crate::support::peers::{PyLegacyServer, assert_ok, modern_scenario, result_text};
 use crate::support::tls::Ca;
 use crate::support::*;
+use mrtr_gateway::config::Config;
+use mrtr_gateway::gateway::Gateway;
+use mrtr_gateway::reload::Reloader;
+use serde_json::{Value, json};
 
 /// The upstream's CA, the certificate nginx presents (for `localhost`), and a directory
 /// holding `ca.pem`.
@@ -53,7 +52,7 @@ async fn tools_list(url: &str) -> (u16, Value) {
 }
 
 async fn upstream_check(gw: &Gateway) -> (bool, String) {
-    let r = gw.readiness().await;
+    let r = mrtr_gateway::readiness::evaluate(gw).await;
     let (_, check) = r
         .checks
         .iter()

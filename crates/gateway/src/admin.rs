@@ -51,7 +51,7 @@ async fn route(gw: &Gateway, req: Request<hyper::body::Incoming>) -> Response<Bo
             &json!({"status": "alive", "instance_id": gw.instance_id}),
         ),
         "/readyz" => {
-            let r = gw.readiness().await;
+            let r = crate::readiness::evaluate(gw).await;
             let checks: serde_json::Map<String, serde_json::Value> = r
                 .checks
                 .iter()

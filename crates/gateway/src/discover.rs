@@ -31,9 +31,9 @@ pub async fn caller_init(
     headers: HeaderMap,
 ) -> Result<Value, Rejection> {
     let key = PoolKey::new(scope, declared);
-    let lease = gw.checkout_session(&key, declared, headers).await?;
+    let lease = gw.sessions.checkout(&key, declared, headers).await?;
     let init = lease.session.init_result().clone();
-    gw.return_session(key, lease).await;
+    gw.sessions.give_back(key, lease).await;
     Ok(init)
 }
 

@@ -68,7 +68,7 @@ impl Env {
     pub async fn stop(self) {
         // As `serve` does when it stops accepting: long-lived streams end instead of holding
         // the drain.
-        self.gw.begin_shutdown();
+        self.gw.drain.close();
         self.running.stop().await;
         self.legacy.shutdown().await;
     }

@@ -376,7 +376,7 @@ async fn serve(gw: Arc<Gateway>, r: Admitted, span: tracing::Span) -> Response<B
             &scope,
             &Declared::from_modern(&meta.client_capabilities),
             upstream_headers(&parts.headers, env.params.as_ref(), &auth),
-            listen::supported(&gw.upstream()),
+            listen::supported(&gw.sessions.upstream()),
         )
         .await;
         return match outcome {

@@ -237,7 +237,7 @@ pub async fn serve_initialize(
     params: Option<&Value>,
     principal: &str,
 ) -> Result<Response<Body>, Rejection> {
-    if !matches!(*gw.upstream(), Upstream::Http(_)) {
+    if !matches!(*gw.sessions.upstream(), Upstream::Http(_)) {
         let requested = params
             .and_then(|p| p.get("protocolVersion"))
             .cloned()
@@ -287,7 +287,7 @@ async fn forward(
     auth: &Authenticator,
     f: Forward<'_>,
 ) -> Result<Response<Body>, Rejection> {
-    let upstream = gw.upstream();
+    let upstream = gw.sessions.upstream();
     let Upstream::Http(http) = &*upstream else {
         // The upstream changed transport since the session began.
         return Err(unknown_session("legacy_passthrough_unavailable"));

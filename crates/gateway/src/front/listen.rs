@@ -25,7 +25,7 @@
 //!    with -32602 (`ping` with `{}`): no client is waiting to be asked. An idle stream gets a
 //!    `: keep-alive` comment every `subscriptions.keepalive`.
 //! 5. **End.** The client closing the stream drops the body, which closes the legacy session
-//!    (DELETE). Gateway shutdown ([`crate::gateway::Gateway::begin_shutdown`]) sends the
+//!    (DELETE). The drain's closing phase ([`crate::drain::Drain::close`]) sends the
 //!    graceful final response, `{"resultType":"complete","_meta":{subscriptionId, serverInfo}}`,
 //!    then closes. If the legacy session dies instead (its GET stream ends and cannot be
 //!    reopened, the server forgot the session, the server is gone) the stream ends *without*
@@ -429,14 +429,15 @@ pub async fn serve(
     let mut early = VecDeque::new();
     let server_info;
     let mut feed: Option<Feed> = None;
-    if !supported(&gw.upstream()) {
+    if !supported(&gw.sessions.upstream()) {
         // No session of its own (see the module docs); the identity is still this caller's.
         let init =
             crate::discover::caller_init(gw, scope, &Declared::default(), upstream_headers).await?;
         server_info = translate::server_info(Some(&init));
     } else {
         let (session, inbound) = gw
-            .open_session(&Declared::default(), upstream_headers)
+            .sessions
+            .open(&Declared::default(), upstream_headers)
             .await?;
         server_info = translate::server_info(Some(session.init_result()));
         let can_notify = match &session {

@@ -2,7 +2,8 @@
 //! standalone GET streams of passed-through legacy clients.
 //!
 //! They would otherwise hold a drain until its deadline, so they watch one gateway-wide
-//! signal, fired when the listener stops accepting ([`LongLived::begin_shutdown`]): a listen
+//! signal, the drain's closing phase ([`crate::drain::Drain::close`], when the listener stops
+//! accepting): a listen
 //! stream then ends with its graceful final response, a legacy GET stream simply ends (the
 //! legacy client reopens it, on another replica if need be).
 //!
@@ -123,22 +124,19 @@ pub fn is_long_lived<B>(response: &Response<B>) -> bool {
 }
 
 impl LongLived {
-    /// The gauges show the listen streams and the legacy GET streams open now.
+    /// The gauges show the listen streams and the legacy GET streams open now; `closing` is
+    /// the drain's closing phase, which ends them all.
     pub fn new(
         listen_gauge: prometheus::IntGauge,
         legacy_get_gauge: prometheus::IntGauge,
+        closing: CancellationToken,
     ) -> LongLived {
         LongLived {
             relay: Arc::new(NotificationRelay::new()),
-            shutdown: CancellationToken::new(),
+            shutdown: closing,
             listen: StreamCount::new(listen_gauge),
             legacy_get: StreamCount::new(legacy_get_gauge),
         }
-    }
-
-    /// Ends every long-lived response (idempotent).
-    pub fn begin_shutdown(&self) {
-        self.shutdown.cancel();
     }
 
     /// Fires once the shutdown has begun.
@@ -208,7 +206,8 @@ mod tests {
     fn places_are_bounded_in_all_and_per_caller_and_returned_on_drop() {
         let gauge = prometheus::IntGauge::new("g", "g").unwrap();
         let other = prometheus::IntGauge::new("o", "o").unwrap();
-        let l = LongLived::new(gauge.clone(), other.clone());
+        let drain = crate::drain::Drain::new();
+        let l = LongLived::new(gauge.clone(), other.clone(), drain.closing().clone());
         let (alice, bob, carol) = (caller("alice"), caller("bob"), caller("carol"));
         let a = l.admit_listen(&alice, 3, 2).unwrap();
         let _a2 = l.admit_listen(&alice, 3, 2).unwrap();
@@ -233,8 +232,8 @@ mod tests {
             Some(StreamRefusal::Full)
         );
         assert!(!l.shutdown().is_cancelled());
-        l.begin_shutdown();
-        l.begin_shutdown();
+        drain.close();
+        drain.close();
         assert!(l.shutdown().is_cancelled());
     }
 
@@ -243,6 +242,7 @@ mod tests {
         let l = LongLived::new(
             prometheus::IntGauge::new("g", "g").unwrap(),
             prometheus::IntGauge::new("o", "o").unwrap(),
+            CancellationToken::new(),
         );
         let (alice, bob) = (caller("alice"), caller("bob"));
         // A lone caller is not held to its quota of 2 while the replica has room...

@@ -304,10 +304,12 @@ impl<'g> Run<'g> {
         for attempt in 0..2 {
             // A warm session first; after a 404, always a fresh one.
             let lease = if attempt == 0 {
-                gw.checkout_session(&pool_key, declared, call.upstream_headers.clone())
+                gw.sessions
+                    .checkout(&pool_key, declared, call.upstream_headers.clone())
                     .await
             } else {
-                gw.open_session(declared, call.upstream_headers.clone())
+                gw.sessions
+                    .open(declared, call.upstream_headers.clone())
                     .await
                     .map(|(session, inbound)| Lease::fresh(session, inbound))
             }
@@ -428,7 +430,7 @@ impl<'g> Run<'g> {
             return Ok(None);
         }
         let cfg = self.gw.config();
-        let memory = self.gw.pool.roots_memory();
+        let memory = self.gw.sessions.pool().roots_memory();
         let probes = cfg.pool.roots_refresh_probes;
         let wait = if memory.should_wait(probes) {
             cfg.pool.roots_refresh_wait
@@ -548,7 +550,10 @@ impl<'g> Run<'g> {
                 inbound,
                 roots_asked: self.roots_asked,
             };
-            self.gw.return_session(self.pool_key.clone(), lease).await;
+            self.gw
+                .sessions
+                .give_back(self.pool_key.clone(), lease)
+                .await;
         }
     }
 

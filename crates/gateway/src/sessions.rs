@@ -1,0 +1,186 @@
+//! Where a request's legacy sessions come from: the upstream in force and the pool of warm
+//! sessions. Opening (counted in the session metrics), checkout (warm, or new), giving a
+//! session back, warm-up at start and the switch to a new upstream on reload all live here,
+//! so the layers above ask for a session and never assemble one.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use http::HeaderMap;
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
+use tokio::sync::mpsc;
+
+use crate::config::{PoolConfig, PoolMode, UpstreamConfig};
+use crate::error::Rejection;
+use crate::legacy::capabilities::Declared;
+use crate::legacy::limit_hits::LimitHits;
+use crate::legacy::pool::{Lease, PoolKey, SessionPool};
+use crate::legacy::session::{Inbound, LegacySession};
+use crate::legacy::upstream::Upstream;
+use crate::upstream_check::{CheckCredentials, CheckTiming, UpstreamCheck};
+
+/// The session counters (`legacy_sessions_*`) and the limit counter the transports report to.
+#[derive(Clone)]
+pub struct SessionMetrics {
+    pub opened: IntCounter,
+    pub failed: IntCounterVec,
+    pub active: IntGauge,
+    pub limit_hits: IntCounterVec,
+    /// `upstream_checks_total{result}`.
+    pub upstream_checks: IntCounterVec,
+}
+
+pub struct Sessions {
+    upstream: ArcSwap<Upstream>,
+    pool: Arc<SessionPool>,
+    pool_config: ArcSwap<PoolConfig>,
+    /// The cached, single-flight check that the upstream in force speaks MCP (`/readyz`).
+    check: UpstreamCheck,
+    metrics: SessionMetrics,
+}
+
+impl Sessions {
+    pub fn new(
+        upstream: &UpstreamConfig,
+        pool_config: &PoolConfig,
+        pool: Arc<SessionPool>,
+        metrics: SessionMetrics,
+    ) -> Sessions {
+        let hits = LimitHits::new(metrics.limit_hits.clone());
+        Sessions {
+            upstream: ArcSwap::from_pointee(Upstream::from_config(upstream, hits)),
+            pool,
+            pool_config: ArcSwap::from_pointee(pool_config.clone()),
+            check: UpstreamCheck::new(metrics.upstream_checks.clone()),
+            metrics,
+        }
+    }
+
+    /// The legacy server in force.
+    pub fn upstream(&self) -> Arc<Upstream> {
+        self.upstream.load_full()
+    }
+
+    /// Whether the upstream in force speaks MCP (see [`crate::upstream_check`]).
+    pub async fn check_upstream(
+        &self,
+        credentials: CheckCredentials,
+        timing: CheckTiming,
+    ) -> Result<String, String> {
+        self.check.check(self.upstream(), credentials, timing).await
+    }
+
+    /// The warm sessions between calls.
+    pub fn pool(&self) -> &Arc<SessionPool> {
+        &self.pool
+    }
+
+    /// A reload: a changed `[upstream]` swaps in a new upstream client (warm sessions belong
+    /// to the old one and are closed); the pool takes its new settings.
+    pub fn reconfigure(&self, old: &UpstreamConfig, new: &UpstreamConfig, pool: &PoolConfig) {
+        if format!("{old:?}") != format!("{new:?}") {
+            let upstream = crate::config::redact::redacted_url(&new.url);
+            tracing::info!(%upstream, "upstream changed; new calls use it");
+            let hits = LimitHits::new(self.metrics.limit_hits.clone());
+            self.upstream
+                .store(Arc::new(Upstream::from_config(new, hits)));
+            let pool = self.pool.clone();
+            tokio::spawn(async move { pool.clear().await });
+        }
+        self.pool.set_idle_timeout(pool.idle_timeout);
+        // A reload may follow an upgrade of the legacy server: learn its roots handling anew.
+        self.pool.roots_memory().reset();
+        self.pool_config.store(Arc::new(pool.clone()));
+    }
+
+    /// Opens a legacy session declaring what `declared` allows, in the shape of the legacy
+    /// version the server is expected to negotiate.
+    pub async fn open(
+        &self,
+        declared: &Declared,
+        headers: HeaderMap,
+    ) -> Result<(LegacySession, mpsc::Receiver<Inbound>), Rejection> {
+        match self.upstream().open(declared, headers).await {
+            Ok((mut session, rx)) => {
+                self.metrics.opened.inc();
+                session.track_with(self.metrics.active.clone());
+                Ok((session, rx))
+            }
+            Err(e) => {
+                let rej = crate::upstream_error::session_rejection(&e);
+                self.metrics.failed.with_label_values(&[rej.reason]).inc();
+                Err(rej)
+            }
+        }
+    }
+
+    /// A session for a call: a warm one from the pool, or a new one.
+    pub async fn checkout(
+        &self,
+        key: &PoolKey,
+        declared: &Declared,
+        headers: HeaderMap,
+    ) -> Result<Lease, Rejection> {
+        if let Some(s) = self.pool.checkout(key, &self.pool_config.load()).await {
+            return Ok(s);
+        }
+        // Idle children count against stdio's child limit: make room rather than wait.
+        if self.upstream().at_capacity() {
+            self.pool.evict_one().await;
+        }
+        let (session, inbound) = self.open(declared, headers).await?;
+        Ok(Lease::fresh(session, inbound))
+    }
+
+    /// Gives a session back after a clean completion (pooled, or closed per `pool.mode`).
+    pub async fn give_back(&self, key: PoolKey, lease: Lease) {
+        self.pool
+            .checkin(key, lease, &self.pool_config.load())
+            .await;
+    }
+
+    /// Opens `pool.warm_up` sessions into the pool under `key`, declaring `declared` and
+    /// sending `headers`. Stops at the first failure (the legacy server may still be starting;
+    /// calls then open their own sessions) and once `draining` says so (shutdown closes the
+    /// pool; a session opened after that is closed, not pooled). Returns how many were added.
+    pub async fn warm(
+        &self,
+        key: &PoolKey,
+        declared: &Declared,
+        headers: &HeaderMap,
+        draining: impl Fn() -> bool,
+    ) -> usize {
+        let cfg = self.pool_config.load_full();
+        if cfg.warm_up == 0 || cfg.mode == PoolMode::PerCall {
+            return 0;
+        }
+        let mut warmed = 0;
+        for _ in 0..cfg.warm_up {
+            if draining() {
+                break;
+            }
+            match self.open(declared, headers.clone()).await {
+                Ok((session, _)) if draining() => {
+                    session.close().await;
+                    break;
+                }
+                Ok((session, inbound)) => {
+                    self.pool
+                        .checkin(key.clone(), Lease::fresh(session, inbound), &cfg)
+                        .await;
+                    warmed += 1;
+                }
+                Err(rejection) => {
+                    tracing::warn!(
+                        reason = rejection.reason,
+                        error = %rejection.error.message,
+                        "pool warm-up stopped: could not open a legacy session (calls open their own)"
+                    );
+                    break;
+                }
+            }
+        }
+        tracing::info!(warmed, capabilities = %key.capabilities, "legacy session pool warmed");
+        warmed
+    }
+}
