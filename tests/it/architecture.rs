@@ -178,9 +178,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("single_use", "config"),
     ("auth", "config"),
     ("policy", "config"),
-    // `config` builds two things the legacy client defines: the declared capabilities of the
-    // warm-up sessions and the upstream TLS configuration (both belong lower: wire and tls).
-    ("config", "legacy"),
     // The `Gateway` hub: every layer reaches into it (issue 22, point 7).
     ("discover", "gateway"),
     ("mrtr", "gateway"),

@@ -18,9 +18,9 @@ use serde_json::Value;
 use crate::caller_scope::CallerScope;
 use crate::error::Rejection;
 use crate::gateway::Gateway;
-use crate::legacy::capabilities::Declared;
 use crate::legacy::pool::PoolKey;
 use crate::translate;
+use mrtr_wire::capabilities::Declared;
 
 /// The `InitializeResult` of a session of `scope` declaring `declared`, opened with
 /// `headers` (credentials, trace context) if none is warm.

@@ -12,12 +12,12 @@ use tokio::sync::mpsc;
 
 use crate::config::{PoolConfig, PoolMode, UpstreamConfig};
 use crate::error::Rejection;
-use crate::legacy::capabilities::Declared;
 use crate::legacy::limit_hits::LimitHits;
 use crate::legacy::pool::{Lease, PoolKey, SessionPool};
 use crate::legacy::session::{Inbound, LegacySession};
 use crate::legacy::upstream::Upstream;
 use crate::upstream_check::{CheckCredentials, CheckTiming, UpstreamCheck};
+use mrtr_wire::capabilities::Declared;
 
 /// The session counters (`legacy_sessions_*`) and the limit counter the transports report to.
 #[derive(Clone)]

@@ -33,10 +33,10 @@ use prometheus::IntCounterVec;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::legacy::capabilities::Declared;
 use crate::legacy::http::HttpError;
 use crate::legacy::session::SessionError;
 use crate::legacy::upstream::Upstream;
+use mrtr_wire::capabilities::Declared;
 
 /// How the upstream check presents credentials.
 #[derive(Debug, Clone)]

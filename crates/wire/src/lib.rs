@@ -7,6 +7,7 @@
 //! - [`sse`]: a bounded Server-Sent Events decoder (both framings legacy servers use).
 #![forbid(unsafe_code)]
 
+pub mod capabilities;
 pub mod jsonrpc;
 pub mod protocol;
 pub mod sse;

@@ -121,7 +121,7 @@ pub struct PoolConfig {
     pub idle_timeout: Duration,
     /// Sessions opened into the pool at start (`pool.warm_up`), declaring `warm_up_declared`.
     pub warm_up: usize,
-    pub warm_up_declared: crate::legacy::capabilities::Declared,
+    pub warm_up_declared: mrtr_wire::capabilities::Declared,
     /// Longest wait, after `notifications/roots/list_changed` on a reused session, for the
     /// server's `roots/list` before the call is sent (zero: never wait).
     pub roots_refresh_wait: Duration,
@@ -287,7 +287,7 @@ pub struct UpstreamConfig {
     /// Upper bound on the server's `retry` delay before reconnecting an SSE stream.
     pub resume_max_delay: Duration,
     /// TLS toward an `https` URL (`None` for `http` and stdio).
-    pub tls: Option<crate::legacy::upstream_tls::UpstreamTls>,
+    pub tls: Option<crate::tls::upstream::UpstreamTls>,
     pub stdio: StdioConfig,
 }
 
@@ -733,10 +733,8 @@ fn redact(raw: &mut RawConfig) {
 }
 
 /// The capability set warm sessions declare: names of what a modern client declares.
-fn warm_up_declared(
-    names: &[String],
-) -> Result<crate::legacy::capabilities::Declared, ConfigError> {
-    let mut d = crate::legacy::capabilities::Declared::default();
+fn warm_up_declared(names: &[String]) -> Result<mrtr_wire::capabilities::Declared, ConfigError> {
+    let mut d = mrtr_wire::capabilities::Declared::default();
     for name in names {
         match name.as_str() {
             "roots" => d.roots = true,
@@ -1111,8 +1109,8 @@ fn upstream_tls(
     transport: UpstreamTransport,
     url: &url::Url,
     base_dir: Option<&Path>,
-) -> Result<Option<crate::legacy::upstream_tls::UpstreamTls>, ConfigError> {
-    use crate::legacy::upstream_tls::{UpstreamTls, UpstreamTlsFiles};
+) -> Result<Option<crate::tls::upstream::UpstreamTls>, ConfigError> {
+    use crate::tls::upstream::{UpstreamTls, UpstreamTlsFiles};
     let files = UpstreamTlsFiles {
         ca_file: raw.ca_file.as_ref().map(|f| resolve(base_dir, f)),
         client_cert_file: raw.client_cert_file.as_ref().map(|f| resolve(base_dir, f)),

@@ -19,10 +19,10 @@ use crate::caller_scope::CallerScope;
 use crate::config::Config;
 use crate::error::Rejection;
 use crate::gateway::Gateway;
-use crate::legacy::capabilities::Declared;
 use crate::legacy::session::SESSION_HEADER;
 use crate::metrics::method_label;
 use crate::mrtr::engine::{self, Call};
+use mrtr_wire::capabilities::Declared;
 use mrtr_wire::protocol::methods::{Route, route};
 
 /// Counts the outcome and writes the one access-log line of the request (inside its span,

@@ -62,11 +62,11 @@ use crate::caller_scope::Caller;
 use crate::caller_scope::CallerScope;
 use crate::error::{Fault, Rejection};
 use crate::gateway::{Gateway, session_rejection};
-use crate::legacy::capabilities::Declared;
 use crate::legacy::session::{Inbound, LegacySession, StreamTag};
 use crate::legacy::upstream::Upstream;
 use crate::legacy::wire::response_id;
 use crate::translate;
+use mrtr_wire::capabilities::Declared;
 use mrtr_wire::jsonrpc::{self, ErrorObject, MessageKind, codes};
 
 /// The `_meta` key that ties a message to its listen stream.

@@ -13,8 +13,8 @@ use hyper_util::rt::TokioExecutor;
 
 use super::handshake::VersionMemory;
 use super::limit_hits::LimitHits;
-use super::upstream_tls::TlsFailure;
 use crate::config::UpstreamConfig;
+use crate::tls::upstream::TlsFailure;
 
 /// Why talking to the legacy server failed, at the HTTP level.
 #[derive(Debug, Clone, thiserror::Error)]

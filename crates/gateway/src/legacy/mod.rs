@@ -1,7 +1,6 @@
 //! The legacy side: the gateway as a client of a 2024-11-05 … 2025-11-25 MCP server, over
 //! Streamable HTTP, the 2024-11-05 HTTP+SSE transport, or stdio.
 
-pub mod capabilities;
 pub mod handshake;
 pub mod http;
 pub mod http_sse;
@@ -17,5 +16,4 @@ pub mod stdio;
 pub mod stdio_upstream;
 pub mod streamable_http;
 pub mod upstream;
-pub mod upstream_tls;
 pub mod wire;

@@ -23,12 +23,12 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::capabilities::Declared;
 use super::relay::{NotificationRelay, is_session_wide};
 use super::roots_refresh::RootsRefreshMemory;
 use super::session::{Inbound, LegacySession, StreamTag};
 use crate::caller_scope::CallerScope;
 use crate::config::{PoolConfig, PoolMode};
+use mrtr_wire::capabilities::Declared;
 use mrtr_wire::jsonrpc::{self, MessageKind};
 
 /// Which sessions may be shared.

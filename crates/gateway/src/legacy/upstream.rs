@@ -5,7 +5,6 @@ use std::sync::Arc;
 use http::HeaderMap;
 use tokio::sync::mpsc;
 
-use super::capabilities::Declared;
 use super::http::UpstreamHttp;
 use super::http_sse::SseSession;
 use super::limit_hits::LimitHits;
@@ -14,6 +13,7 @@ use super::stdio_upstream::StdioUpstream;
 use super::streamable_http::HttpSession;
 use crate::config::redact::redacted_url;
 use crate::config::{UpstreamConfig, UpstreamTransport};
+use mrtr_wire::capabilities::Declared;
 
 pub enum Upstream {
     /// Streamable HTTP (2025-03-26 … 2025-11-25).

@@ -36,11 +36,11 @@ use super::url_required;
 use crate::config::{CacheHint, ParkPolicy};
 use crate::error::{Fault, Rejection};
 use crate::gateway::Gateway;
-use crate::legacy::capabilities::Declared;
 use crate::metrics::method_label;
 use crate::single_use::Policy as SingleUsePolicy;
 use crate::state::{ParkRef, Pending, StateError, StatePayload};
 use crate::translate;
+use mrtr_wire::capabilities::Declared;
 use mrtr_wire::jsonrpc::codes;
 use mrtr_wire::protocol::methods::{Route, route};
 

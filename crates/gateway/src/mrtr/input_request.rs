@@ -8,8 +8,8 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::legacy::capabilities::Declared;
 use crate::state::InputKind;
+use mrtr_wire::capabilities::Declared;
 
 /// The kind of a server request, or `None` if it is not one a client can be asked.
 pub fn kind_of(method: &str, params: Option<&Value>) -> Option<InputKind> {

@@ -16,9 +16,9 @@ use super::input_request::{missing_capability, to_input_request};
 use super::run::{Call, Question};
 use super::shape::shape;
 use crate::error::Rejection;
-use crate::legacy::capabilities::Declared;
 use crate::policy::Stage;
 use crate::state::InputKind;
+use mrtr_wire::capabilities::Declared;
 use mrtr_wire::jsonrpc::codes;
 
 /// The URL elicitations of a legacy -32042 error response, if `msg` is one.

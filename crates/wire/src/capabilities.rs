@@ -15,7 +15,7 @@
 //! `roots.listChanged` is true because the gateway does tell the server when the roots may
 //! have changed: a pooled session serves one client after another, and before it serves a new
 //! one the gateway sends `notifications/roots/list_changed` (see
-//! [`super::roots_refresh`]).
+//! `roots_refresh` in the gateway).
 
 use serde_json::{Map, Value, json};
 
