@@ -105,7 +105,7 @@ pub async fn run(
     let deadline = cfg.drain.deadline;
     drop(cfg);
     let closing = gw.drain.closing().clone();
-    listener::serve(gw.clone(), listener, tls, closing, deadline).await;
+    listener::serve(gw.front.clone(), listener, tls, closing, deadline).await;
     // Parked calls will never be resumed by this process: cancel them upstream.
     gw.release_parked().await;
     gw.drain.stop();

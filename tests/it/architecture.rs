@@ -157,8 +157,8 @@ const MODULE_ORDER: &[&str] = &[
     "upstream_check",
     "sessions",
     "translate",
-    "discover",
     "mrtr",
+    "discover",
     "front",
     "gateway",
     "readiness",
@@ -178,10 +178,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("single_use", "config"),
     ("auth", "config"),
     ("policy", "config"),
-    // The `Gateway` hub: every layer reaches into it (issue 22, point 7).
-    ("discover", "gateway"),
-    ("mrtr", "gateway"),
-    ("front", "gateway"),
 ];
 
 /// `text` without its inline `#[cfg(test)] mod name { … }` blocks (braces counted; the test

@@ -709,7 +709,7 @@ async fn tls_front_reloads_certificates_and_mtls_requires_a_client_certificate()
     let tls = Arc::new(TlsReloader::load(cfg.tls.as_ref().unwrap()).unwrap());
     let gw = Gateway::new(cfg);
     let running = listener::start_with_tls(
-        gw.clone(),
+        gw.front.clone(),
         "127.0.0.1:0".parse().unwrap(),
         Some(tls.clone()),
     )
@@ -823,9 +823,10 @@ async fn mtls_identities_through_the_tls_listener_cannot_collide() {
     let cfg = start("subject");
     let tls = Arc::new(TlsReloader::load(cfg.tls.as_ref().unwrap()).unwrap());
     let gw = Gateway::new(cfg);
-    let running = listener::start_with_tls(gw.clone(), "127.0.0.1:0".parse().unwrap(), Some(tls))
-        .await
-        .unwrap();
+    let running =
+        listener::start_with_tls(gw.front.clone(), "127.0.0.1:0".parse().unwrap(), Some(tls))
+            .await
+            .unwrap();
     let real = client_ca.leaf_with_subject(
         &[
             (DnType::CommonName, "alice"),
@@ -866,9 +867,10 @@ async fn mtls_identities_through_the_tls_listener_cannot_collide() {
     let cfg = start("subject_cn");
     let tls = Arc::new(TlsReloader::load(cfg.tls.as_ref().unwrap()).unwrap());
     let gw = Gateway::new(cfg);
-    let running = listener::start_with_tls(gw.clone(), "127.0.0.1:0".parse().unwrap(), Some(tls))
-        .await
-        .unwrap();
+    let running =
+        listener::start_with_tls(gw.front.clone(), "127.0.0.1:0".parse().unwrap(), Some(tls))
+            .await
+            .unwrap();
     let two_cns = client_ca.leaf_with_subject(
         &[
             (DnType::CommonName, "alice"),

@@ -781,7 +781,7 @@ async fn gateway(
     );
     let cfg = crate::support::config(&legacy.url(), "", state, &extra);
     let gw = Gateway::try_new_with_clock(cfg, clock).unwrap();
-    let running = listener::start(gw.clone(), gw.config().listen.addr)
+    let running = listener::start(gw.front.clone(), gw.config().listen.addr)
         .await
         .unwrap();
     let url = format!("http://{}{}", running.addr, gw.config().listen.path);

@@ -17,15 +17,15 @@ use serde_json::Value;
 
 use crate::caller_scope::CallerScope;
 use crate::error::Rejection;
-use crate::gateway::Gateway;
 use crate::legacy::pool::PoolKey;
+use crate::mrtr::deps::Engine;
 use crate::translate;
 use mrtr_wire::capabilities::Declared;
 
 /// The `InitializeResult` of a session of `scope` declaring `declared`, opened with
 /// `headers` (credentials, trace context) if none is warm.
 pub async fn caller_init(
-    gw: &Gateway,
+    gw: &Engine,
     scope: &CallerScope,
     declared: &Declared,
     headers: HeaderMap,
@@ -40,7 +40,7 @@ pub async fn caller_init(
 /// The `server/discover` result for one caller. `listen_supported`: whether listen streams can
 /// deliver what the server's `listChanged` / `subscribe` flags promise.
 pub async fn serve(
-    gw: &Gateway,
+    gw: &Engine,
     scope: &CallerScope,
     declared: &Declared,
     headers: HeaderMap,

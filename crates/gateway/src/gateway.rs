@@ -1,28 +1,37 @@
-//! The gateway's shared state: configuration, upstream client, state codec, caches, metrics.
+//! The composition root of the gateway library: every part built once, and reload.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use http::HeaderMap;
 
 use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::drain::Drain;
+use crate::front::deps::Front;
+use crate::front::long_lived::LongLived;
 use crate::legacy::pool::{PoolKey, PoolMetrics, SessionPool};
 use crate::metrics::Metrics;
+use crate::mrtr::deps::Engine;
 use crate::mrtr::parking::ParkingLot;
 use crate::sessions::{SessionMetrics, Sessions};
 use crate::single_use::{SingleUseMetrics, SingleUseStore};
 use crate::state::{KeyRing, StateCodec, StateLimits};
 
+/// The composition root of the library: builds every part once, hands each layer its own
+/// runtime ([`Engine`] for the MRTR engine and the paths that share its sessions, [`Front`] for
+/// the HTTP side), swaps what a reload changes, and owns the drain. No layer below takes a
+/// `Gateway`; the admin listener, readiness and reload (above it) and tests do.
 pub struct Gateway {
-    config: ArcSwap<Config>,
-    pub codec: StateCodec,
-    pub metrics: Metrics,
+    config: Arc<ArcSwap<Config>>,
+    /// The front's runtime: what the listener and the request path are handed.
+    pub front: Arc<Front>,
+    /// The engine's runtime.
+    pub engine: Arc<Engine>,
+    pub codec: Arc<StateCodec>,
+    pub metrics: Arc<Metrics>,
     /// This process's identity among replicas (logs, metrics, parking references).
     pub instance_id: String,
     /// The wall clock the engine reads (a seam: tests give replicas clocks that differ).
@@ -30,20 +39,17 @@ pub struct Gateway {
     /// The shutdown sequence (see [`crate::drain`]): readiness, the listener, long-lived
     /// responses and background tasks all watch it.
     pub drain: Drain,
-    /// Bounds requests served at once (`listen.max_concurrent_requests`).
-    request_slots: Arc<Semaphore>,
-    request_slots_size: AtomicUsize,
     /// Blocked legacy calls waiting for their retry on this replica.
     pub parking: Arc<ParkingLot>,
     /// The upstream in force and the warm sessions between calls.
-    pub sessions: Sessions,
+    pub sessions: Arc<Sessions>,
     /// Who is calling (rebuilt on reload, so key files are re-read).
-    auth: ArcSwap<Authenticator>,
+    auth: Arc<ArcSwap<Authenticator>>,
     /// Where `requestState` ids are claimed (replaced on reload only as
     /// `SingleUseStore::reconfigured` decides, which never forgets a claim).
-    single_use: ArcSwap<SingleUseStore>,
+    single_use: Arc<ArcSwap<SingleUseStore>>,
     /// Hook (long-lived responses): listen and legacy GET streams; their count, their quotas.
-    pub long_lived: crate::front::long_lived::LongLived,
+    pub long_lived: Arc<LongLived>,
 }
 
 impl Drop for Gateway {
@@ -75,7 +81,6 @@ impl Gateway {
             .id
             .clone()
             .unwrap_or_else(crate::request_id::random_id);
-        let slots = config.listen.max_concurrent_requests;
         let metrics = Metrics::new(&instance_id);
         metrics.key_ring_keys.set(config.state.keys.len() as i64);
         let parking = ParkingLot::new(
@@ -122,21 +127,52 @@ impl Gateway {
                 upstream_checks: metrics.upstream_checks.clone(),
             },
         );
-        let gateway = Arc::new(Gateway {
-            parking,
-            sessions,
-            auth: ArcSwap::from_pointee(auth),
-            single_use: ArcSwap::from_pointee(single_use),
-            drain,
-            request_slots: Arc::new(Semaphore::new(slots)),
-            request_slots_size: AtomicUsize::new(slots),
-            codec: StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes)
+        let codec = Arc::new(
+            StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes)
                 .with_clock_skew(config.state.clock_skew),
-            long_lived,
+        );
+        let config = Arc::new(ArcSwap::from_pointee(config));
+        let auth = Arc::new(ArcSwap::from_pointee(auth));
+        let single_use = Arc::new(ArcSwap::from_pointee(single_use));
+        let metrics = Arc::new(metrics);
+        let sessions = Arc::new(sessions);
+        let long_lived = Arc::new(long_lived);
+        let engine = Arc::new(Engine {
+            config: config.clone(),
+            codec: codec.clone(),
+            metrics: metrics.clone(),
+            instance_id: instance_id.clone(),
+            clock,
+            parking: parking.clone(),
+            sessions: sessions.clone(),
+            auth: auth.clone(),
+            single_use: single_use.clone(),
+            relay: long_lived.relay_handle(),
+        });
+        let front = Arc::new(Front::new(
+            engine.clone(),
+            config.clone(),
+            auth.clone(),
+            codec.clone(),
+            metrics.clone(),
+            sessions.clone(),
+            long_lived.clone(),
+            instance_id.clone(),
+        ));
+        let gateway = Arc::new(Gateway {
+            config,
+            front,
+            engine,
+            codec,
             metrics,
             instance_id,
             clock,
-            config: ArcSwap::from_pointee(config),
+            drain,
+            parking,
+            sessions,
+            auth,
+            single_use,
+            long_lived,
         });
         if gateway.config().pool.warm_up > 0
             && let Ok(rt) = tokio::runtime::Handle::try_current()
@@ -186,39 +222,10 @@ impl Gateway {
             max_bytes: new.state.max_bytes,
             clock_skew: new.state.clock_skew,
         });
-        self.resize_request_slots(new.listen.max_concurrent_requests);
+        self.front
+            .resize_request_slots(new.listen.max_concurrent_requests);
         self.config.store(Arc::new(new));
         Ok(())
-    }
-
-    fn resize_request_slots(&self, want: usize) {
-        let have = self.request_slots_size.swap(want, Ordering::AcqRel);
-        if want > have {
-            self.request_slots.add_permits(want - have);
-        } else if want < have {
-            // Shrink by forgetting free permits now; the rest are forgotten as they return.
-            let mut left = have - want;
-            left -= self.request_slots.forget_permits(left);
-            if left > 0 {
-                let slots = self.request_slots.clone();
-                tokio::spawn(async move {
-                    while left > 0 {
-                        match slots.acquire().await {
-                            Ok(p) => {
-                                p.forget();
-                                left -= 1;
-                            }
-                            Err(_) => return,
-                        }
-                    }
-                });
-            }
-        }
-    }
-
-    /// A slot for one request, or `None` when `listen.max_concurrent_requests` are in flight.
-    pub fn try_request_slot(&self) -> Option<OwnedSemaphorePermit> {
-        self.request_slots.clone().try_acquire_owned().ok()
     }
 
     /// Cancels every parked call upstream and closes warm sessions (shutdown).
@@ -257,6 +264,3 @@ impl Gateway {
         self.drain.is_draining()
     }
 }
-
-/// How a legacy-session failure is reported to the modern client (see [`crate::upstream_error`]).
-pub use crate::upstream_error::session_rejection;

@@ -66,7 +66,7 @@ pub async fn run() -> Result<(), String> {
     );
 
     let gw = Gateway::new(demo_config(&legacy.url())?);
-    let running = listener::start(gw.clone(), gw.config().listen.addr)
+    let running = listener::start(gw.front.clone(), gw.config().listen.addr)
         .await
         .map_err(|e| format!("cannot start the gateway: {e}"))?;
     let url = format!("http://{}{}", running.addr, gw.config().listen.path);

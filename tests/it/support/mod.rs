@@ -78,7 +78,7 @@ pub async fn start_gateway(cfg: Config) -> (Arc<Gateway>, Running, String) {
     // WARN lines are kept, so a test can find a failure's detail by the client's request id.
     logs::capture();
     let gw = Gateway::new(cfg);
-    let running = listener::start(gw.clone(), gw.config().listen.addr)
+    let running = listener::start(gw.front.clone(), gw.config().listen.addr)
         .await
         .expect("gateway binds");
     let url = format!("http://{}{}", running.addr, gw.config().listen.path);

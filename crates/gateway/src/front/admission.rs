@@ -18,10 +18,10 @@
 use http::{Response, header};
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::deps::Front;
 use super::long_lived::is_long_lived;
 use super::respond::{self, Body};
 use crate::error::Rejection;
-use crate::gateway::Gateway;
 
 /// A request slot; dropping it frees the slot.
 pub struct RequestSlot {
@@ -37,7 +37,7 @@ impl Drop for RequestSlot {
 
 /// A slot for a request that is now known to be real, or 503 + `Retry-After` when
 /// `listen.max_concurrent_requests` are being served (the gateway is full, not this caller).
-pub fn take_slot(gw: &Gateway) -> Result<RequestSlot, Rejection> {
+pub fn take_slot(gw: &Front) -> Result<RequestSlot, Rejection> {
     let Some(permit) = gw.try_request_slot() else {
         gw.metrics
             .limit_hits

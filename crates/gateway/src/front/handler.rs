@@ -9,6 +9,7 @@ use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use serde_json::Value;
 
 use super::admission;
+use super::deps::Front;
 use super::ingress::{self, Parsed};
 use super::listener::ConnInfo;
 use super::respond::{self, Body};
@@ -18,7 +19,6 @@ use crate::caller_scope::Caller;
 use crate::caller_scope::CallerScope;
 use crate::config::Config;
 use crate::error::Rejection;
-use crate::gateway::Gateway;
 use crate::legacy::session::SESSION_HEADER;
 use crate::metrics::method_label;
 use crate::mrtr::engine::{self, Call};
@@ -27,7 +27,7 @@ use mrtr_wire::protocol::methods::{Route, route};
 
 /// Counts the outcome and writes the one access-log line of the request (inside its span,
 /// which carries the request id and instance id). Never logs payloads, states or answers.
-fn record(gw: &Gateway, method: &str, outcome: &Result<Value, Rejection>) {
+fn record(gw: &Front, method: &str, outcome: &Result<Value, Rejection>) {
     let kind = match outcome {
         Ok(r) if r.get("resultType").and_then(Value::as_str) == Some("input_required") => {
             "input_required"
@@ -63,7 +63,7 @@ fn record(gw: &Gateway, method: &str, outcome: &Result<Value, Rejection>) {
         .inc();
 }
 
-fn refuse(gw: &Gateway, method: &str, id: Option<&Value>, rej: Rejection) -> Response<Body> {
+fn refuse(gw: &Front, method: &str, id: Option<&Value>, rej: Rejection) -> Response<Body> {
     let response = respond::rejection(id, &rej);
     record(gw, method, &Err(rej));
     response
@@ -92,7 +92,7 @@ fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
 
 /// Serves one HTTP request on the gateway's listener.
 pub async fn handle(
-    gw: Arc<Gateway>,
+    gw: Arc<Front>,
     req: Request<hyper::body::Incoming>,
     conn: &ConnInfo,
 ) -> Response<Body> {
@@ -112,7 +112,7 @@ pub async fn handle(
 /// here costs the gateway no request slot, so a client that stalls or is refused cannot take
 /// one from the others.
 async fn handle_inner(
-    gw: Arc<Gateway>,
+    gw: Arc<Front>,
     req: Request<hyper::body::Incoming>,
     conn: &ConnInfo,
     cfg: &Config,
@@ -245,7 +245,7 @@ struct Admitted {
 
 /// Hook (dual-era front): a legacy client's GET stream or DELETE on a session this gateway
 /// sealed is passed through; any other GET or DELETE is still 405.
-async fn serve_bodyless_session(gw: &Gateway, r: Admitted) -> Response<Body> {
+async fn serve_bodyless_session(gw: &Front, r: Admitted) -> Response<Body> {
     if !legacy_passthrough::is_session_bodyless(gw, &r.parts.method, &r.parts.headers) {
         return refuse(gw, "other", None, method_not_allowed());
     }
@@ -266,7 +266,7 @@ async fn serve_bodyless_session(gw: &Gateway, r: Admitted) -> Response<Body> {
 
 /// The request path for an admitted POST: the legacy-client hook, the JSON-RPC ladder,
 /// routing, and serving.
-async fn serve(gw: Arc<Gateway>, r: Admitted, span: tracing::Span) -> Response<Body> {
+async fn serve(gw: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Body> {
     let Admitted {
         parts,
         bytes,
@@ -372,7 +372,7 @@ async fn serve(gw: Arc<Gateway>, r: Admitted, span: tracing::Span) -> Response<B
     if r == Route::Discover {
         // The caller's own view: its session's InitializeResult, never another caller's.
         let outcome = crate::discover::serve(
-            &gw,
+            &gw.engine,
             &scope,
             &Declared::from_modern(&meta.client_capabilities),
             upstream_headers(&parts.headers, env.params.as_ref(), &auth),
@@ -407,7 +407,7 @@ async fn serve(gw: Arc<Gateway>, r: Admitted, span: tracing::Span) -> Response<B
         credential: auth.credential_key(&parts.headers),
     };
     let sse = accepts_sse(&parts.headers);
-    let gw_work = gw.clone();
+    let gw_work = gw.engine.clone();
     let gw_done = gw.clone();
     let method = env.method.clone();
     let work_span = span.clone();

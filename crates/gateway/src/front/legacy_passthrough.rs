@@ -53,15 +53,16 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::deps::Front;
 use super::long_lived::{self, StreamPlace, StreamRefusal};
 use super::respond::Body;
 use crate::auth::Authenticator;
 use crate::caller_scope::Caller;
 use crate::error::{Fault, Rejection};
-use crate::gateway::{Gateway, session_rejection};
 use crate::legacy::session::{SESSION_HEADER, SessionError, VERSION_HEADER};
 use crate::legacy::upstream::Upstream;
 use crate::state::{SessionTicket, now_secs};
+use crate::upstream_error::session_rejection;
 use mrtr_wire::jsonrpc::codes;
 use mrtr_wire::protocol::SUPPORTED_VERSIONS;
 
@@ -105,7 +106,7 @@ pub fn is_legacy_initialize(headers: &HeaderMap, params: Option<&Value>) -> bool
 }
 
 /// The ticket behind a request's session id, if it is one this gateway sealed.
-fn ticket_of(gw: &Gateway, headers: &HeaderMap) -> Option<(String, SessionTicket)> {
+fn ticket_of(gw: &Front, headers: &HeaderMap) -> Option<(String, SessionTicket)> {
     let token = headers.get(SESSION_HEADER)?.to_str().ok()?;
     match gw.codec.open_session(token) {
         Ok(t) => Some((token.to_string(), t)),
@@ -118,7 +119,7 @@ fn ticket_of(gw: &Gateway, headers: &HeaderMap) -> Option<(String, SessionTicket
 
 /// Whether a GET or DELETE is on a session this gateway sealed (if not, the front answers
 /// 405 as before).
-pub fn is_session_bodyless(gw: &Gateway, method: &Method, headers: &HeaderMap) -> bool {
+pub fn is_session_bodyless(gw: &Front, method: &Method, headers: &HeaderMap) -> bool {
     matches!(*method, Method::GET | Method::DELETE) && ticket_of(gw, headers).is_some()
 }
 
@@ -144,7 +145,7 @@ fn kind_label(method: &Method) -> &'static str {
 /// Serves a request on an existing legacy session (a POST, the GET stream, a DELETE), for a
 /// caller already authenticated as `principal`.
 pub async fn serve_session(
-    gw: &Gateway,
+    gw: &Front,
     method: Method,
     headers: &HeaderMap,
     body: Option<Bytes>,
@@ -192,7 +193,7 @@ pub async fn serve_session(
 
 /// A place for one more passed-through GET stream: 503 when the replica holds
 /// `legacy_clients.max_get_streams`, 429 when this caller holds its quota.
-fn admit_get_stream(gw: &Gateway, caller: &Caller) -> Result<StreamPlace, Rejection> {
+fn admit_get_stream(gw: &Front, caller: &Caller) -> Result<StreamPlace, Rejection> {
     let limits = &gw.config().legacy_clients;
     let refusal = match gw.long_lived.admit_legacy_get(
         caller,
@@ -231,7 +232,7 @@ fn admit_get_stream(gw: &Gateway, caller: &Caller) -> Result<StreamPlace, Reject
 /// Serves a legacy `initialize` (already authenticated as `principal`); `params` are the
 /// request's, for the error a non-HTTP upstream gets.
 pub async fn serve_initialize(
-    gw: &Gateway,
+    gw: &Front,
     headers: &HeaderMap,
     body: Bytes,
     params: Option<&Value>,
@@ -283,7 +284,7 @@ struct Forward<'a> {
 }
 
 async fn forward(
-    gw: &Gateway,
+    gw: &Front,
     auth: &Authenticator,
     f: Forward<'_>,
 ) -> Result<Response<Body>, Rejection> {

@@ -56,16 +56,17 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use super::deps::Front;
 use super::long_lived::{self, StreamPlace, StreamRefusal};
 use super::respond::{self, Body};
 use crate::caller_scope::Caller;
 use crate::caller_scope::CallerScope;
 use crate::error::{Fault, Rejection};
-use crate::gateway::{Gateway, session_rejection};
 use crate::legacy::session::{Inbound, LegacySession, StreamTag};
 use crate::legacy::upstream::Upstream;
 use crate::legacy::wire::response_id;
 use crate::translate;
+use crate::upstream_error::session_rejection;
 use mrtr_wire::capabilities::Declared;
 use mrtr_wire::jsonrpc::{self, ErrorObject, MessageKind, codes};
 
@@ -351,7 +352,7 @@ async fn subscribe(
 /// Serves one `subscriptions/listen` request of `scope`: an error before streaming, or the
 /// stream.
 pub async fn serve(
-    gw: &Gateway,
+    gw: &Front,
     caller: &Caller,
     id: &Value,
     params: &Value,
@@ -432,7 +433,8 @@ pub async fn serve(
     if !supported(&gw.sessions.upstream()) {
         // No session of its own (see the module docs); the identity is still this caller's.
         let init =
-            crate::discover::caller_init(gw, scope, &Declared::default(), upstream_headers).await?;
+            crate::discover::caller_init(&gw.engine, scope, &Declared::default(), upstream_headers)
+                .await?;
         server_info = translate::server_info(Some(&init));
     } else {
         let (session, inbound) = gw

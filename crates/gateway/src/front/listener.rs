@@ -19,9 +19,9 @@ use tokio_util::task::TaskTracker;
 use super::accept::{Acceptor, CapLabels};
 use super::conn_limits::Caps;
 use super::connection::{self, ConnPolicy, LimitCounter};
+use super::deps::Front;
 use super::handler::handle;
 use super::tls::TlsReloader;
-use crate::gateway::Gateway;
 
 /// What the request path knows about the connection a request came on.
 #[derive(Debug, Clone)]
@@ -44,7 +44,7 @@ impl Drop for ConnGauge {
 }
 
 async fn serve_connection<I>(
-    gw: Arc<Gateway>,
+    gw: Arc<Front>,
     io: I,
     info: Arc<ConnInfo>,
     shutdown: CancellationToken,
@@ -80,7 +80,7 @@ const CAP_LABELS: CapLabels = CapLabels {
 
 /// Serves `listener` until `shutdown` fires, then waits up to `drain` for open connections.
 pub async fn serve(
-    gw: Arc<Gateway>,
+    gw: Arc<Front>,
     listener: TcpListener,
     tls: Option<Arc<TlsReloader>>,
     shutdown: CancellationToken,
@@ -183,7 +183,7 @@ impl Running {
 }
 
 /// Binds `addr` and serves in the background (plain HTTP, or TLS per the configuration).
-pub async fn start(gw: Arc<Gateway>, addr: SocketAddr) -> std::io::Result<Running> {
+pub async fn start(gw: Arc<Front>, addr: SocketAddr) -> std::io::Result<Running> {
     let tls = match &gw.config().tls {
         Some(files) => Some(Arc::new(
             TlsReloader::load(files).map_err(std::io::Error::other)?,
@@ -194,7 +194,7 @@ pub async fn start(gw: Arc<Gateway>, addr: SocketAddr) -> std::io::Result<Runnin
 }
 
 pub async fn start_with_tls(
-    gw: Arc<Gateway>,
+    gw: Arc<Front>,
     addr: SocketAddr,
     tls: Option<Arc<TlsReloader>>,
 ) -> std::io::Result<Running> {

@@ -36,9 +36,9 @@ use std::time::Duration;
 use http::StatusCode;
 use serde_json::Value;
 
+use super::deps::Engine;
 use crate::caller_scope::Caller;
 use crate::error::{Fault, Rejection};
-use crate::gateway::Gateway;
 use crate::single_use::{self, Claim, Owner, SingleUseStore, StoreError};
 use crate::state::StatePayload;
 
@@ -85,7 +85,7 @@ pub fn claim_ttl(exp: u64, skew: Duration, now: u64) -> Duration {
 
 /// Claims the state `prior` for this presentation by `caller`, or answers as a duplicate.
 pub async fn claim(
-    gw: &Gateway,
+    gw: &Engine,
     caller: &Caller,
     prior: &StatePayload,
     now: u64,

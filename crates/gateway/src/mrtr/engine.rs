@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::answers::AnswerBook;
 use super::at_most_once::{self, Claimed};
+use super::deps::Engine;
 use super::input_key::KeyMinter;
 use super::origin;
 use super::parking::{ParkLimits, Refused};
@@ -35,7 +36,6 @@ use super::state_size;
 use super::url_required;
 use crate::config::{CacheHint, ParkPolicy};
 use crate::error::{Fault, Rejection};
-use crate::gateway::Gateway;
 use crate::metrics::method_label;
 use crate::single_use::Policy as SingleUsePolicy;
 use crate::state::{ParkRef, Pending, StateError, StatePayload};
@@ -48,7 +48,7 @@ pub use super::run::{Call, Sink};
 
 /// Opens and checks a presented `requestState`.
 fn open_prior(
-    gw: &Gateway,
+    gw: &Engine,
     call: &Call,
     origin: &str,
     now: u64,
@@ -111,7 +111,7 @@ fn park_only_lost(call: &Call) -> Rejection {
 
 /// Serves `tools/call`, `prompts/get` or `resources/read`.
 pub async fn serve_mrtr(
-    gw: &Gateway,
+    gw: &Engine,
     call: &Call,
     sink: &Sink,
     cancel: &CancellationToken,
@@ -172,7 +172,7 @@ pub async fn serve_mrtr(
 /// Runs (or resumes) the call and turns what the legacy server did into the modern result.
 #[allow(clippy::too_many_arguments)]
 async fn execute(
-    gw: &Gateway,
+    gw: &Engine,
     call: &Call,
     sink: &Sink,
     cancel: &CancellationToken,
@@ -401,7 +401,7 @@ fn asked(questions: &[Question]) -> Vec<(String, Pending, Value)> {
         .collect()
 }
 
-fn max_rounds(gw: &Gateway, call: &Call, limit: u32) -> Rejection {
+fn max_rounds(gw: &Engine, call: &Call, limit: u32) -> Rejection {
     gw.metrics
         .max_rounds_exceeded
         .with_label_values(&[method_label(&call.method)])
@@ -417,7 +417,7 @@ fn max_rounds(gw: &Gateway, call: &Call, limit: u32) -> Rejection {
 
 /// Seals the round's state and builds its `inputRequests`; returns them with the token.
 async fn input_round(
-    gw: &Gateway,
+    gw: &Engine,
     call: &Call,
     prior: Option<&StatePayload>,
     book: &AnswerBook,
@@ -479,7 +479,7 @@ async fn input_round(
 
 /// Serves a method that is forwarded as is (lists, completion).
 pub async fn serve_forward(
-    gw: &Gateway,
+    gw: &Engine,
     call: &Call,
     sink: &Sink,
     cancel: &CancellationToken,
@@ -528,12 +528,12 @@ pub async fn serve_forward(
 /// `hint`, made private when what the legacy server answers depends on the caller (see
 /// [`crate::auth::Authenticator::answers_depend_on_caller`]): a shared cache must not hand one
 /// caller's answer to another.
-pub fn caller_hint(gw: &Gateway, hint: CacheHint) -> CacheHint {
+pub fn caller_hint(gw: &Engine, hint: CacheHint) -> CacheHint {
     translate::scoped_hint(hint, gw.auth().answers_depend_on_caller())
 }
 
 fn final_result(
-    gw: &Gateway,
+    gw: &Engine,
     msg: Value,
     call: &Call,
     server_info: &Value,
@@ -575,7 +575,7 @@ fn final_result(
 
 /// Dispatches a routed method to its server.
 pub async fn serve(
-    gw: &Gateway,
+    gw: &Engine,
     call: &Call,
     sink: &Sink,
     cancel: &CancellationToken,

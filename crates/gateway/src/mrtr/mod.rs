@@ -2,6 +2,7 @@
 
 pub mod answers;
 pub mod at_most_once;
+pub mod deps;
 pub mod engine;
 pub mod input_key;
 pub mod input_request;

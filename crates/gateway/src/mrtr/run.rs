@@ -16,13 +16,13 @@ use tokio::time::sleep_until;
 use tokio_util::sync::CancellationToken;
 
 use super::answers::AnswerBook;
+use super::deps::Engine;
 use super::input_key::KeyMinter;
 use super::input_request::{kind_of, missing_capability, to_input_request};
 use super::parking::{ParkedCall, Resumed};
 use super::shape::shape;
 use crate::caller_scope::CallerScope;
 use crate::error::{Fault, Rejection};
-use crate::gateway::{Gateway, session_rejection};
 use crate::legacy::http::HttpError;
 use crate::legacy::pool::{Lease, PoolKey};
 use crate::legacy::roots_refresh::{self, Observed};
@@ -30,6 +30,7 @@ use crate::legacy::session::{Inbound, LegacySession, SessionError, StreamTag};
 use crate::metrics::method_label;
 use crate::policy::Stage;
 use crate::state::InputKind;
+use crate::upstream_error::session_rejection;
 use mrtr_wire::capabilities::Declared;
 use mrtr_wire::jsonrpc::{self, ErrorObject, MessageKind, codes};
 use mrtr_wire::protocol::meta::{RequestMeta, log_level_rank};
@@ -228,7 +229,7 @@ enum Handled {
 
 /// A legacy session with the modern request's call in flight.
 pub struct Run<'g> {
-    gw: &'g Gateway,
+    gw: &'g Engine,
     /// Where the session goes back after a clean completion.
     pool_key: PoolKey,
     session: Option<LegacySession>,
@@ -290,7 +291,7 @@ impl<'g> Run<'g> {
     /// forgot the first before the call arrived. On failure, says whether the call may have
     /// reached the legacy server.
     pub async fn start(
-        gw: &'g Gateway,
+        gw: &'g Engine,
         call: &Call,
         declared: &Declared,
         mode: &mut Mode<'_>,
@@ -477,7 +478,7 @@ impl<'g> Run<'g> {
 
     /// A run rebuilt from a parked call; returns it with the questions the server is still
     /// waiting on and the key minter of that execution.
-    pub fn resumed(gw: &'g Gateway, r: Resumed) -> (Run<'g>, Vec<Question>, KeyMinter) {
+    pub fn resumed(gw: &'g Engine, r: Resumed) -> (Run<'g>, Vec<Question>, KeyMinter) {
         let ParkedCall {
             session,
             call_id,
@@ -857,7 +858,7 @@ impl<'g> Run<'g> {
             // of this caller on this replica. notifications/elicitation/complete has no modern
             // counterpart.
             m if crate::legacy::relay::is_session_wide(m) => {
-                self.gw.long_lived.relay(&call.scope(), &msg)
+                self.gw.relay.publish(&call.scope(), &msg)
             }
             _ => {}
         }

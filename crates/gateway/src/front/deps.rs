@@ -1,0 +1,106 @@
+//! What the front (listener, request path, listen streams, legacy passthrough) is handed: its
+//! own parts — request slots, long-lived responses, the authenticator — and the engine it
+//! serves requests through.
+//!
+//! Built once by the composition root ([`crate::gateway::Gateway`]), which resizes the slots
+//! and swaps the shared handles on reload.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use arc_swap::ArcSwap;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::auth::Authenticator;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::mrtr::deps::Engine;
+use crate::sessions::Sessions;
+use crate::state::StateCodec;
+
+use super::long_lived::LongLived;
+
+pub struct Front {
+    /// Where MRTR, forwarded and discover requests are served.
+    pub engine: Arc<Engine>,
+    pub config: Arc<ArcSwap<Config>>,
+    pub auth: Arc<ArcSwap<Authenticator>>,
+    /// Seals and opens the session ids of passed-through legacy clients.
+    pub codec: Arc<StateCodec>,
+    pub metrics: Arc<Metrics>,
+    pub sessions: Arc<Sessions>,
+    /// Listen and legacy GET streams: their count, quotas and end.
+    pub long_lived: Arc<LongLived>,
+    pub instance_id: String,
+    /// Bounds requests served at once (`listen.max_concurrent_requests`).
+    request_slots: Arc<Semaphore>,
+    request_slots_size: AtomicUsize,
+}
+
+impl Front {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        engine: Arc<Engine>,
+        config: Arc<ArcSwap<Config>>,
+        auth: Arc<ArcSwap<Authenticator>>,
+        codec: Arc<StateCodec>,
+        metrics: Arc<Metrics>,
+        sessions: Arc<Sessions>,
+        long_lived: Arc<LongLived>,
+        instance_id: String,
+    ) -> Front {
+        let slots = config.load().listen.max_concurrent_requests;
+        Front {
+            engine,
+            config,
+            auth,
+            codec,
+            metrics,
+            sessions,
+            long_lived,
+            instance_id,
+            request_slots: Arc::new(Semaphore::new(slots)),
+            request_slots_size: AtomicUsize::new(slots),
+        }
+    }
+
+    /// The configuration in force (a snapshot: hold it for one request, not longer).
+    pub fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+
+    pub fn auth(&self) -> Arc<Authenticator> {
+        self.auth.load_full()
+    }
+
+    /// A slot for one request, or `None` when `listen.max_concurrent_requests` are in flight.
+    pub fn try_request_slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.request_slots.clone().try_acquire_owned().ok()
+    }
+
+    /// A reload changed `listen.max_concurrent_requests`.
+    pub fn resize_request_slots(&self, want: usize) {
+        let have = self.request_slots_size.swap(want, Ordering::AcqRel);
+        if want > have {
+            self.request_slots.add_permits(want - have);
+        } else if want < have {
+            // Shrink by forgetting free permits now; the rest are forgotten as they return.
+            let mut left = have - want;
+            left -= self.request_slots.forget_permits(left);
+            if left > 0 {
+                let slots = self.request_slots.clone();
+                tokio::spawn(async move {
+                    while left > 0 {
+                        match slots.acquire().await {
+                            Ok(p) => {
+                                p.forget();
+                                left -= 1;
+                            }
+                            Err(_) => return,
+                        }
+                    }
+                });
+            }
+        }
+    }
+}

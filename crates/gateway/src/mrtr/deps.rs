@@ -1,0 +1,52 @@
+//! What the MRTR engine (and the forward and discover paths that share its sessions) is
+//! handed: the parts it reads, and nothing of the front's.
+//!
+//! Built once by the composition root ([`crate::gateway::Gateway`]); the shared handles
+//! (configuration, authenticator, single-use store) are the same `ArcSwap`s the root swaps on
+//! reload, so the engine always reads what is in force.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::auth::Authenticator;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::legacy::relay::NotificationRelay;
+use crate::metrics::Metrics;
+use crate::sessions::Sessions;
+use crate::single_use::SingleUseStore;
+use crate::state::StateCodec;
+
+use super::parking::ParkingLot;
+
+pub struct Engine {
+    pub config: Arc<ArcSwap<Config>>,
+    pub codec: Arc<StateCodec>,
+    pub metrics: Arc<Metrics>,
+    /// This replica's identity (parking references).
+    pub instance_id: String,
+    pub clock: Clock,
+    /// Blocked legacy calls waiting for their retry on this replica.
+    pub parking: Arc<ParkingLot>,
+    pub sessions: Arc<Sessions>,
+    pub auth: Arc<ArcSwap<Authenticator>>,
+    pub single_use: Arc<ArcSwap<SingleUseStore>>,
+    /// Session-wide notifications heard on a call's session go to the caller's listen streams.
+    pub relay: Arc<NotificationRelay>,
+}
+
+impl Engine {
+    /// The configuration in force (a snapshot: hold it for one request, not longer).
+    pub fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+
+    pub fn auth(&self) -> Arc<Authenticator> {
+        self.auth.load_full()
+    }
+
+    pub fn single_use(&self) -> Arc<SingleUseStore> {
+        self.single_use.load_full()
+    }
+}
