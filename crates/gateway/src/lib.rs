@@ -23,6 +23,7 @@ pub mod readiness;
 pub mod reload;
 pub mod request_id;
 pub mod sessions;
+pub mod setting;
 pub mod single_use;
 pub mod state;
 pub mod telemetry;

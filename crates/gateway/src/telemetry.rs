@@ -5,7 +5,12 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::reload;
 use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::config::LogFormat;
+/// How log lines are written (`log.format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
 
 /// Changes the log filter at run time (config reload).
 pub type LevelHandle = reload::Handle<EnvFilter, tracing_subscriber::Registry>;

@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use super::keys::{self, VerifyKey};
 use super::upstream_credentials::{StaticCredential, UpstreamCredentials};
-use crate::config::{ConfigError, parse_duration};
+use crate::setting::{ConfigError, parse_duration};
 
 /// Longest `leeway` accepted: a larger tolerance would make `exp` meaningless.
 pub const MAX_LEEWAY: Duration = Duration::from_secs(600);

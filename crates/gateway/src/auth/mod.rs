@@ -49,7 +49,7 @@ pub use config::{AuthConfig, RawAuth};
 pub use error::{AuthError, AuthFailure, Challenge};
 pub use jwks::{JwksCounters, JwksCountersSnapshot};
 
-use crate::config::ConfigError;
+use crate::setting::ConfigError;
 use config::{CertIdentity, HeaderAuthConfig, ModeConfig};
 use jwt::JwtVerifier;
 use upstream_credentials::UpstreamCredentials;

@@ -11,8 +11,6 @@
 //! from the environment); the binary turns it into exit status 64.
 
 mod admin;
-pub mod call_rule;
-mod duration;
 pub mod env;
 mod legacy_clients;
 pub mod new_key;
@@ -25,8 +23,11 @@ use std::time::Duration;
 
 use base64::Engine;
 
+pub use crate::setting::call_rule;
+pub use crate::setting::{ConfigError, parse_duration};
+pub use crate::state::{StateKeySpec, valid_key_id};
+pub use crate::telemetry::LogFormat;
 pub use admin::AdminConfig;
-pub use duration::parse_duration;
 pub use legacy_clients::LegacyClientsConfig;
 use raw::RawConfig;
 
@@ -35,37 +36,6 @@ pub const EXAMPLE_SECRET: &str = "AEarFVUsENTN8apT0+NBD/WiFLYe0+IDHCIEZpsSwGs=";
 
 /// Protocol versions the gateway can speak to a legacy server, newest first.
 pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
-
-/// A configuration problem, tied to the key it is about.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// Dotted key path, e.g. `state.ttl`, or `(file)` for problems with the file itself.
-    pub key: String,
-    /// The environment variable the value came from, when it did.
-    pub env_var: Option<String>,
-    pub message: String,
-}
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.env_var {
-            Some(var) => write!(f, "{} (set by {var}): {}", self.key, self.message),
-            None => write!(f, "{}: {}", self.key, self.message),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-impl ConfigError {
-    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
-        ConfigError {
-            key: key.into(),
-            env_var: None,
-            message: message.into(),
-        }
-    }
-}
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
@@ -292,12 +262,6 @@ pub struct UpstreamConfig {
 }
 
 #[derive(Debug, Clone)]
-pub struct StateKeySpec {
-    pub id: String,
-    pub secret: [u8; 32],
-}
-
-#[derive(Debug, Clone)]
 pub struct StateConfig {
     pub ttl: Duration,
     pub max_bytes: usize,
@@ -350,12 +314,6 @@ pub struct CachingConfig {
     pub discover: CacheHint,
     pub list: CacheHint,
     pub read: CacheHint,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    Json,
-    Text,
 }
 
 #[derive(Debug, Clone)]
@@ -891,15 +849,6 @@ fn cache_hint(prefix: &str, ttl: &str, scope: &str) -> Result<CacheHint, ConfigE
         }
     };
     Ok(CacheHint { ttl, scope })
-}
-
-/// Key ids appear in every token: keep them short and URL-safe.
-pub fn valid_key_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 32
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Decodes a 32-byte secret written as base64 (standard or URL-safe alphabet, padding optional).

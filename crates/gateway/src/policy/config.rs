@@ -9,8 +9,8 @@ use serde::Deserialize;
 
 use super::host_pattern::HostPattern;
 use super::url::UrlPolicy;
-use crate::config::ConfigError;
-use crate::config::call_rule::{self, CallRule};
+use crate::setting::ConfigError;
+use crate::setting::call_rule::{self, CallRule};
 use crate::state::InputKind;
 
 /// Bounds of `policy.url.max_length`, bytes.

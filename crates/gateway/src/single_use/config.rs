@@ -14,7 +14,7 @@ use rustls_pki_types::pem::PemObject;
 use serde::Deserialize;
 
 use super::policy::{Policy, PolicyRule, PolicyTable};
-use crate::config::{ConfigError, parse_duration};
+use crate::setting::{ConfigError, parse_duration};
 
 /// Largest accepted `max_outcome_bytes`: a kept outcome is one Redis string or one heap
 /// allocation per claim, so anything beyond a few MiB is a misconfiguration.

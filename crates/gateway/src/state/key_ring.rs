@@ -9,7 +9,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use xaes_256_gcm::Xaes256Gcm;
 use xaes_256_gcm::aead::KeyInit;
 
-use crate::config::StateKeySpec;
+/// One state key as configured: its id (in every token) and its 32-byte secret.
+#[derive(Debug, Clone)]
+pub struct StateKeySpec {
+    pub id: String,
+    pub secret: [u8; 32],
+}
+
+/// Key ids appear in every token: keep them short and URL-safe.
+pub fn valid_key_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
 
 pub struct RingKey {
     pub id: String,

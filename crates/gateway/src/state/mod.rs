@@ -12,12 +12,10 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-pub use key_ring::KeyRing;
+pub use key_ring::{KeyRing, StateKeySpec, valid_key_id};
 pub use payload::{InputKind, ParkRef, Pending, StatePayload};
 pub use seal::OpenError;
 pub use session_ticket::SessionTicket;
-
-use crate::config::StateKeySpec;
 
 /// Why a presented state was refused (logs and metrics only; clients see one message).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -26,7 +26,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use xaes_256_gcm::aead::{Aead, Payload};
 
 use super::key_ring::KeyRing;
-use crate::config::valid_key_id;
+use super::key_ring::valid_key_id;
 
 pub const VERSION: &str = "m1";
 const NONCE_LEN: usize = 24;
@@ -169,7 +169,7 @@ pub fn open_for(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::StateKeySpec;
+    use crate::state::StateKeySpec;
 
     fn ring(ids: &[(&str, u8)]) -> KeyRing {
         KeyRing::new(

@@ -61,8 +61,8 @@ impl StateCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::StateKeySpec;
     use crate::state::OpenError;
+    use crate::state::StateKeySpec;
     use std::time::Duration;
 
     fn codec(secret: u8) -> StateCodec {
