@@ -159,17 +159,10 @@ pub fn map_legacy_error(err: &Value, params: &Value) -> ErrorObject {
     }
 }
 
-/// Whose fault a legacy JSON-RPC error (as mapped by [`map_legacy_error`]) is: the standard
-/// codes that say the *request* was wrong — invalid request, method not found, invalid params
-/// (which a legacy "resource not found" becomes) — are the client's: it called a tool that does
-/// not exist, or with arguments the server refuses. Anything else is the legacy server's.
+/// Whose fault a legacy JSON-RPC error (as mapped by [`map_legacy_error`]) is (see
+/// [`crate::error::legacy_error_fault`]).
 pub fn legacy_error_fault(mapped: &ErrorObject) -> crate::error::Fault {
-    match mapped.code {
-        codes::INVALID_REQUEST | codes::METHOD_NOT_FOUND | codes::INVALID_PARAMS => {
-            crate::error::Fault::Client
-        }
-        _ => crate::error::Fault::Upstream,
-    }
+    crate::error::legacy_error_fault(mapped.code)
 }
 
 /// `server/discover`, synthesized from the legacy `InitializeResult`.

@@ -4,6 +4,7 @@ pub mod accept;
 pub mod admission;
 pub mod conn_limits;
 pub mod connection;
+pub mod error_map;
 pub mod handler;
 pub mod ingress;
 pub mod legacy_passthrough;
