@@ -1,18 +1,20 @@
-//! The one place where a failure becomes an HTTP status and a JSON-RPC error.
+//! What went wrong, in the gateway's own terms: a [`Rejection`] of one [`RejectionKind`].
 //!
-//! Every module reports failures as a [`Rejection`]: the JSON-RPC error the client sees, the
-//! HTTP status that carries it, whose fault it was (metrics and logs use that), and a short
-//! machine-readable reason. The reason is for operators only; for `requestState` failures the
-//! client-facing message is deliberately the same whatever the reason.
+//! Every module reports a failure as a `Rejection`: its kind (the failure class), the sentence
+//! the client reads, optional `error.data`, and the typed values some answers carry (the
+//! `WWW-Authenticate` challenge). The kind gives the stable `reason` label for metrics and
+//! logs, and whose [`Fault`] it was. How a kind is answered — the HTTP status, the JSON-RPC
+//! code, the extra headers — is not decided here or at the site that fails: the front's table
+//! (`front::error_map`) is the only place that chooses them.
 //!
-//! Each failure class is a [`RejectionKind`]: its `reason` label and whose [`Fault`] it is.
+//! The reason is for operators only; for `requestState` failures the client-facing message is
+//! deliberately the same whatever the reason.
 
 use std::time::Duration;
 
-use http::StatusCode;
 use serde_json::{Value, json};
 
-use mrtr_wire::jsonrpc::{ErrorObject, codes};
+use mrtr_wire::jsonrpc::codes;
 
 /// Whose fault a failure is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -417,185 +419,124 @@ impl RejectionKind {
 /// A failure on its way to the client.
 #[derive(Debug, Clone)]
 pub struct Rejection {
-    pub status: StatusCode,
-    pub error: ErrorObject,
-    pub fault: Fault,
-    /// Short stable label for metrics and logs (`"header_mismatch"`, `"state_expired"`, …).
-    pub reason: &'static str,
-    /// Extra HTTP headers (e.g. `Retry-After`, `WWW-Authenticate`).
-    pub headers: Vec<(http::HeaderName, String)>,
+    kind: RejectionKind,
+    message: String,
+    data: Option<Value>,
+    challenge: Option<String>,
 }
 
 impl Rejection {
-    pub fn new(
-        status: StatusCode,
-        code: i64,
-        message: impl Into<String>,
-        fault: Fault,
-        reason: &'static str,
-    ) -> Self {
+    /// A failure of `kind`; `message` is what the client reads (never upstream text).
+    pub fn new(kind: RejectionKind, message: impl Into<String>) -> Self {
         Rejection {
-            status,
-            error: ErrorObject::new(code, message),
-            fault,
-            reason,
-            headers: Vec::new(),
+            kind,
+            message: message.into(),
+            data: None,
+            challenge: None,
         }
     }
 
+    /// Sets `error.data`.
     pub fn with_data(mut self, data: Value) -> Self {
-        self.error.data = Some(data);
+        self.data = Some(data);
         self
     }
 
-    pub fn with_header(mut self, name: http::HeaderName, value: impl Into<String>) -> Self {
-        self.headers.push((name, value.into()));
+    /// Adds `key` to `error.data`: to the object already there, or as a new object when there
+    /// is none (data that is not an object is left as it is).
+    pub fn with_data_member(mut self, key: &str, value: Value) -> Self {
+        match self.data.as_mut() {
+            Some(Value::Object(map)) => {
+                map.insert(key.to_owned(), value);
+            }
+            Some(_) => {}
+            None => self.data = Some(json!({ key: value })),
+        }
         self
+    }
+
+    /// The `WWW-Authenticate` challenge that tells the client how to authenticate (sent with
+    /// the kinds the front's table answers with a challenge).
+    pub fn with_challenge(mut self, challenge: impl Into<String>) -> Self {
+        self.challenge = Some(challenge.into());
+        self
+    }
+
+    pub fn kind(&self) -> RejectionKind {
+        self.kind
+    }
+
+    /// Short stable label for metrics and logs (`"header_mismatch"`, `"state_expired"`, …).
+    pub fn reason(&self) -> &'static str {
+        self.kind.reason()
+    }
+
+    pub fn fault(&self) -> Fault {
+        self.kind.fault()
+    }
+
+    /// The client-facing message (`error.message`).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// `error.data`, if any.
+    pub fn data(&self) -> Option<&Value> {
+        self.data.as_ref()
+    }
+
+    pub fn challenge(&self) -> Option<&str> {
+        self.challenge.as_deref()
     }
 
     pub fn parse_error(message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            codes::PARSE_ERROR,
-            message,
-            Fault::Client,
-            "parse_error",
-        )
+        Self::new(RejectionKind::ParseError, message)
     }
 
     pub fn invalid_request(message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            codes::INVALID_REQUEST,
-            message,
-            Fault::Client,
-            "invalid_request",
-        )
-    }
-
-    pub fn invalid_params(message: impl Into<String>, reason: &'static str) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            codes::INVALID_PARAMS,
-            message,
-            Fault::Client,
-            reason,
-        )
+        Self::new(RejectionKind::InvalidRequest, message)
     }
 
     pub fn header_mismatch(message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            codes::HEADER_MISMATCH,
-            message,
-            Fault::Client,
-            "header_mismatch",
-        )
+        Self::new(RejectionKind::HeaderMismatch, message)
     }
 
     pub fn unsupported_version(requested: &str, supported: &[&str]) -> Self {
         Self::new(
-            StatusCode::BAD_REQUEST,
-            codes::UNSUPPORTED_PROTOCOL_VERSION,
+            RejectionKind::UnsupportedVersion,
             "Unsupported protocol version",
-            Fault::Client,
-            "unsupported_version",
         )
         .with_data(json!({"supported": supported, "requested": requested}))
     }
 
     pub fn method_not_found(method: &str) -> Self {
         Self::new(
-            StatusCode::NOT_FOUND,
-            codes::METHOD_NOT_FOUND,
+            RejectionKind::MethodNotFound,
             format!("Method not found: {method}"),
-            Fault::Client,
-            "method_not_found",
         )
     }
 
     pub fn missing_capability(required: Value, what: &str) -> Self {
         Self::new(
-            StatusCode::BAD_REQUEST,
-            codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            RejectionKind::MissingClientCapability,
             format!("this request needs a client capability it did not declare: {what}"),
-            Fault::Client,
-            "missing_client_capability",
         )
         .with_data(json!({"requiredCapabilities": required}))
     }
 
-    /// Every `requestState` failure looks the same to the client; `reason` goes to logs/metrics.
-    pub fn bad_state(reason: &'static str) -> Self {
-        Self::invalid_params(
+    /// Every `requestState` failure looks the same to the client; `kind` goes to logs/metrics.
+    pub fn bad_state(kind: RejectionKind) -> Self {
+        Self::new(
+            kind,
             "requestState is invalid, expired or not valid for this request",
-            reason,
-        )
-    }
-
-    pub fn upstream(message: impl Into<String>, reason: &'static str) -> Self {
-        Self::new(
-            StatusCode::BAD_GATEWAY,
-            codes::INTERNAL_ERROR,
-            message,
-            Fault::Upstream,
-            reason,
-        )
-    }
-
-    pub fn upstream_timeout(message: impl Into<String>, reason: &'static str) -> Self {
-        Self::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            codes::INTERNAL_ERROR,
-            message,
-            Fault::Upstream,
-            reason,
-        )
-    }
-
-    pub fn internal(message: impl Into<String>, reason: &'static str) -> Self {
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            codes::INTERNAL_ERROR,
-            message,
-            Fault::Internal,
-            reason,
         )
     }
 
     /// The legacy server ended the call needing something the gateway's policy will not show
-    /// the client (a URL elicitation of a legacy -32042 error): like the legacy server's own
-    /// errors, a JSON-RPC error over HTTP 200, naming only the policy's reason.
+    /// the client (a URL elicitation of a legacy -32042 error); the data names only the
+    /// policy's reason.
     pub fn policy_refused(message: impl Into<String>, policy_reason: &'static str) -> Self {
-        Self::new(
-            StatusCode::OK,
-            codes::INTERNAL_ERROR,
-            message,
-            Fault::Upstream,
-            "policy_refused",
-        )
-        .with_data(json!({"policyReason": policy_reason}))
-    }
-
-    /// This caller holds its quota of something (429); others are still served. The message
-    /// names the quota's key; a `Retry-After` goes with it.
-    pub fn caller_quota(message: impl Into<String>, reason: &'static str) -> Self {
-        Self::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            codes::INTERNAL_ERROR,
-            message,
-            Fault::Client,
-            reason,
-        )
-    }
-
-    pub fn unavailable(message: impl Into<String>, reason: &'static str) -> Self {
-        Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            codes::INTERNAL_ERROR,
-            message,
-            Fault::Internal,
-            reason,
-        )
+        Self::new(RejectionKind::PolicyRefused, message)
+            .with_data(json!({"policyReason": policy_reason}))
     }
 }

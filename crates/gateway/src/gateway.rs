@@ -308,8 +308,8 @@ impl Gateway {
                 }
                 Err(rejection) => {
                     tracing::warn!(
-                        reason = rejection.reason,
-                        error = %rejection.error.message,
+                        reason = rejection.reason(),
+                        error = %rejection.message(),
                         "pool warm-up stopped: could not open a legacy session (calls open their own)"
                     );
                     break;
@@ -362,7 +362,7 @@ impl Gateway {
                 let rej = crate::upstream_error::session_rejection(&e);
                 self.metrics
                     .legacy_sessions_failed
-                    .with_label_values(&[rej.reason])
+                    .with_label_values(&[rej.reason()])
                     .inc();
                 Err(rej)
             }

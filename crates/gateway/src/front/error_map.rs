@@ -1,13 +1,15 @@
-//! The one place where a failure becomes an HTTP status, a JSON-RPC code and headers.
+//! The one place where a failure becomes an HTTP status, a JSON-RPC error and headers.
 //!
-//! [`row`] is the table that says how each [`RejectionKind`] is answered.
+//! Every other module builds a typed [`Rejection`]; [`row`] is the table that says how each
+//! [`RejectionKind`] is answered, and [`answer`] applies it. `respond` answers every error
+//! through here, and the single-use store records what it gives for duplicates.
 
 use std::time::Duration;
 
-use http::StatusCode;
+use http::{HeaderName, HeaderValue, StatusCode, header};
 
-use crate::error::RejectionKind;
-use mrtr_wire::jsonrpc::codes;
+use crate::error::{Rejection, RejectionKind};
+use mrtr_wire::jsonrpc::{ErrorObject, codes};
 
 /// How one kind is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,16 +174,61 @@ pub fn row(kind: RejectionKind) -> Row {
     }
 }
 
+/// A rejection as the client receives it.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub error: ErrorObject,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// `rej` answered by the table.
+pub fn answer(rej: &Rejection) -> Answer {
+    let row = row(rej.kind());
+    let mut headers = Vec::new();
+    if let Some(d) = row.retry_after {
+        headers.push((header::RETRY_AFTER, HeaderValue::from(whole_seconds(d))));
+    }
+    if let Some(allow) = row.allow {
+        headers.push((header::ALLOW, HeaderValue::from_static(allow)));
+    }
+    if row.challenge
+        && let Some(v) = rej.challenge().and_then(|c| HeaderValue::from_str(c).ok())
+    {
+        headers.push((header::WWW_AUTHENTICATE, v));
+    }
+    Answer {
+        status: row.status,
+        error: error_object(rej),
+        headers,
+    }
+}
+
+/// The JSON-RPC error the client receives for `rej`.
+pub fn error_object(rej: &Rejection) -> ErrorObject {
+    ErrorObject {
+        code: row(rej.kind()).code,
+        message: rej.message().to_owned(),
+        data: rej.data().cloned(),
+    }
+}
+
+/// The HTTP status and JSON-RPC error of `rej`: what a duplicate presentation of a
+/// `requestState` gets again (see `mrtr::at_most_once`).
+pub fn status_and_error(rej: &Rejection) -> (StatusCode, ErrorObject) {
+    (row(rej.kind()).status, error_object(rej))
+}
+
+/// Whole seconds, rounded up, at least 1.
+fn whole_seconds(d: Duration) -> u64 {
+    (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::error::{Fault, Recorded};
     use std::collections::BTreeSet;
-
-    /// `Retry-After` in whole seconds, rounded up, at least 1 (as the gateway sends it).
-    fn whole_seconds(d: Duration) -> u64 {
-        (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
-    }
 
     /// A distinct number per variant, so the walk below can tell it missed one. (A new
     /// variant does not compile here until it is numbered, and then fails the walk until it
@@ -395,24 +442,48 @@ mod tests {
         let missing: Vec<usize> = (0..VARIANTS).filter(|n| !seen.contains(n)).collect();
         assert!(missing.is_empty(), "kinds without a row here: {missing:?}");
         for (kind, status, code, reason, fault, retry_after) in rows {
-            let r = row(kind);
+            let rej = Rejection::new(kind, "m").with_challenge("Bearer realm=\"r\"");
+            let a = answer(&rej);
+            let header = |name: &HeaderName| {
+                a.headers
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.to_str().unwrap().to_owned())
+            };
             assert_eq!(
-                (r.status.as_u16(), r.code, kind.reason(), kind.fault()),
+                (a.status.as_u16(), a.error.code, kind.reason(), kind.fault()),
                 (status, code, reason, fault),
                 "{kind:?}"
             );
-            assert_eq!(r.retry_after.map(whole_seconds), retry_after, "{kind:?}");
             assert_eq!(
-                r.allow.is_some(),
+                header(&header::RETRY_AFTER),
+                retry_after.map(|s| s.to_string()),
+                "{kind:?}"
+            );
+            assert_eq!(
+                header(&header::ALLOW).is_some(),
                 kind == RejectionKind::MethodNotAllowed,
                 "{kind:?}"
             );
             assert_eq!(
-                r.challenge,
+                header(&header::WWW_AUTHENTICATE).is_some(),
                 status == 401,
                 "{kind:?}: a challenge goes with every 401 and nothing else"
             );
         }
+    }
+
+    #[test]
+    fn the_answer_carries_the_message_and_data() {
+        let rej = Rejection::new(RejectionKind::MethodNotAllowed, "POST only")
+            .with_data(serde_json::json!({"x": 1}));
+        let a = answer(&rej);
+        assert_eq!(a.error.message, "POST only");
+        assert_eq!(a.error.data, Some(serde_json::json!({"x": 1})));
+        assert_eq!(
+            a.headers,
+            vec![(header::ALLOW, HeaderValue::from_static("POST"))]
+        );
         assert_eq!(whole_seconds(Duration::ZERO), 1);
         assert_eq!(whole_seconds(Duration::from_secs(3)), 3);
         assert_eq!(whole_seconds(Duration::from_millis(3001)), 4);
