@@ -48,7 +48,8 @@ impl Fault {
 /// (after `translate::map_legacy_error`): the standard codes that say the *request* was wrong —
 /// invalid request, method not found, invalid params (which a legacy "resource not found"
 /// becomes) — are the client's: it called a tool that does not exist, or with arguments the
-/// server refuses. Anything else is the legacy server's.
+/// server refuses, or subscribed to a resource the server does not have. Anything else is the
+/// legacy server's.
 pub fn legacy_error_fault(code: i64) -> Fault {
     match code {
         codes::INVALID_REQUEST | codes::METHOD_NOT_FOUND | codes::INVALID_PARAMS => Fault::Client,
@@ -181,7 +182,7 @@ pub enum RejectionKind {
     /// it (after `translate::map_legacy_error`).
     LegacyError(i64),
     /// The legacy server's JSON-RPC error to a listen stream's `resources/subscribe`, mapped
-    /// the same way.
+    /// (and its fault decided) the same way.
     ListenSubscribeRefused(i64),
     /// The legacy server ended the call needing a URL step the gateway's policy refuses.
     PolicyRefused,
@@ -379,9 +380,8 @@ impl RejectionKind {
             | K::AuthUntrustedSource
             | K::AuthNoIdentity
             | K::AuthAmbiguousIdentity => Fault::Client,
-            K::LegacyError(code) => legacy_error_fault(code),
-            K::ListenSubscribeRefused(_)
-            | K::StateTooLarge
+            K::LegacyError(code) | K::ListenSubscribeRefused(code) => legacy_error_fault(code),
+            K::StateTooLarge
             | K::PolicyRefused
             | K::UpstreamUnreachable
             | K::UpstreamTimeout

@@ -329,8 +329,9 @@ mod tests {
     /// Kind, HTTP status, JSON-RPC code, reason, fault, `Retry-After` seconds.
     type Expected = (RejectionKind, u16, i64, &'static str, Fault, Option<u64>);
 
-    /// Every kind as the gateway answered it before the table existed. A changed answer must
-    /// change this list.
+    /// Every kind as the gateway answered it before the table existed (except the fault of a
+    /// refused subscription, now decided by its code as for every legacy error). A changed
+    /// answer must change this list.
     #[rustfmt::skip]
     fn expected() -> Vec<Expected> {
         use Fault::{Client, Internal, Upstream};
@@ -402,8 +403,8 @@ mod tests {
             (K::LegacyError(-32603), 200, -32603, "legacy_error", Upstream, None),
             (K::LegacyError(-32001), 200, -32001, "legacy_error", Upstream, None),
             (K::LegacyError(-32700), 200, -32700, "legacy_error", Upstream, None),
-            (K::ListenSubscribeRefused(-32602), 200, -32602, "listen_subscribe_refused", Upstream, None),
-            (K::ListenSubscribeRefused(-32601), 404, -32601, "listen_subscribe_refused", Upstream, None),
+            (K::ListenSubscribeRefused(-32602), 200, -32602, "listen_subscribe_refused", Client, None),
+            (K::ListenSubscribeRefused(-32601), 404, -32601, "listen_subscribe_refused", Client, None),
             (K::ListenSubscribeRefused(-32603), 200, -32603, "listen_subscribe_refused", Upstream, None),
             (K::PolicyRefused, 200, -32603, "policy_refused", Upstream, None),
             (K::UpstreamUnreachable, 502, -32603, "upstream_unreachable", Upstream, None),
