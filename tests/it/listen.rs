@@ -217,6 +217,16 @@ async fn a_refused_subscription_is_an_error_before_any_streaming() {
     assert!(!ex.streamed, "an error, not a stream");
     assert_eq!(ex.error_code(), Some(-32602), "{:?}", ex.message);
     assert_eq!(ex.error().unwrap()["data"]["uri"], "file:///nope");
+    // The client named a resource the server does not have: like any legacy error that says
+    // the request was wrong, it is the client's fault.
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_rejections_total",
+            &[("reason", "listen_subscribe_refused"), ("fault", "client")]
+        ),
+        1.0
+    );
     assert!(
         env.legacy
             .stats()

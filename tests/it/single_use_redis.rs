@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mrtr_gateway::error::Rejection;
+use mrtr_gateway::front::error_map;
 use mrtr_gateway::single_use::config::RawSingleUse;
 use mrtr_gateway::single_use::{
     Claim, Completion, Owner, SingleUseConfig, SingleUseMetrics, SingleUseStore, StoreError,
@@ -479,8 +480,11 @@ async fn fails_closed_while_redis_is_down_and_recovers_after_a_restart() {
             started.elapsed()
         );
         let rejection = Rejection::from(err);
-        assert_eq!(rejection.status, http::StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(rejection.reason, "single_use_unavailable");
+        assert_eq!(
+            error_map::answer(&rejection).status,
+            http::StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(rejection.reason(), "single_use_unavailable");
     }
     let started = Instant::now();
     assert!(fails_closed(&s.health().await.unwrap_err()));
@@ -569,9 +573,9 @@ async fn an_out_of_memory_redis_is_reported_full_and_keeps_live_claims() {
     let err = full.expect("4 MiB of Redis memory never ran out");
     assert!(matches!(err, StoreError::Full { .. }), "{err:?}");
     let rejection = Rejection::from(err);
-    assert_eq!(rejection.reason, "single_use_full");
+    assert_eq!(rejection.reason(), "single_use_full");
     assert!(
-        rejection
+        error_map::answer(&rejection)
             .headers
             .iter()
             .any(|(n, _)| n == http::header::RETRY_AFTER)

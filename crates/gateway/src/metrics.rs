@@ -2,7 +2,7 @@
 //!
 //! Every metric is listed, with its labels, in `docs/metrics.md`. Label values are bounded:
 //! methods are the modern method names the gateway routes (anything else is counted as
-//! `other`), reasons are the fixed `Rejection::reason` strings.
+//! `other`), reasons are the fixed `RejectionKind::reason` labels.
 
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,

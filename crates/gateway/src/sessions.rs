@@ -108,7 +108,7 @@ impl Sessions {
             }
             Err(e) => {
                 let rej = crate::upstream_error::session_rejection(&e);
-                self.metrics.failed.with_label_values(&[rej.reason]).inc();
+                self.metrics.failed.with_label_values(&[rej.reason()]).inc();
                 Err(rej)
             }
         }
@@ -172,8 +172,8 @@ impl Sessions {
                 }
                 Err(rejection) => {
                     tracing::warn!(
-                        reason = rejection.reason,
-                        error = %rejection.error.message,
+                        reason = rejection.reason(),
+                        error = %rejection.message(),
                         "pool warm-up stopped: could not open a legacy session (calls open their own)"
                     );
                     break;

@@ -10,6 +10,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::config::{CacheHint, CacheScope};
+use crate::error::{Rejection, RejectionKind};
 use mrtr_wire::jsonrpc::{ErrorObject, codes};
 use mrtr_wire::protocol::meta::SERVER_INFO;
 
@@ -159,16 +160,17 @@ pub fn map_legacy_error(err: &Value, params: &Value) -> ErrorObject {
     }
 }
 
-/// Whose fault a legacy JSON-RPC error (as mapped by [`map_legacy_error`]) is: the standard
-/// codes that say the *request* was wrong — invalid request, method not found, invalid params
-/// (which a legacy "resource not found" becomes) — are the client's: it called a tool that does
-/// not exist, or with arguments the server refuses. Anything else is the legacy server's.
-pub fn legacy_error_fault(mapped: &ErrorObject) -> crate::error::Fault {
-    match mapped.code {
-        codes::INVALID_REQUEST | codes::METHOD_NOT_FOUND | codes::INVALID_PARAMS => {
-            crate::error::Fault::Client
-        }
-        _ => crate::error::Fault::Upstream,
+/// A legacy server's JSON-RPC error `err` (to a request with `params`) as the modern client
+/// gets it: mapped by [`map_legacy_error`], of the kind `kind` makes of the mapped code
+/// ([`RejectionKind::LegacyError`] for a call, [`RejectionKind::ListenSubscribeRefused`] for a
+/// listen stream's subscription). The kind decides whose fault it is
+/// ([`crate::error::legacy_error_fault`]) and the front how it is answered.
+pub fn legacy_error(err: &Value, params: &Value, kind: fn(i64) -> RejectionKind) -> Rejection {
+    let mapped = map_legacy_error(err, params);
+    let rejection = Rejection::new(kind(mapped.code), mapped.message);
+    match mapped.data {
+        Some(data) => rejection.with_data(data),
+        None => rejection,
     }
 }
 
@@ -284,10 +286,12 @@ mod tests {
     fn legacy_errors_about_the_request_are_the_clients_fault() {
         use crate::error::Fault;
         let fault = |code: i64| {
-            legacy_error_fault(&map_legacy_error(
+            legacy_error(
                 &json!({"code": code, "message": "m"}),
                 &json!({"uri": "u"}),
-            ))
+                RejectionKind::LegacyError,
+            )
+            .fault()
         };
         assert_eq!(fault(-32602), Fault::Client);
         assert_eq!(fault(-32601), Fault::Client);
@@ -316,6 +320,15 @@ mod tests {
         assert_eq!((e.code, e.message.as_str()), (-32602, "bad"));
         let e = map_legacy_error(&json!({"code":-32001,"message":"custom"}), &json!({}));
         assert_eq!(e.code, -32001);
+        // As a rejection: the mapped code in the kind, the message and data as mapped.
+        let r = legacy_error(
+            &json!({"code":-32002,"message":"nope"}),
+            &json!({"uri":"file:///x"}),
+            RejectionKind::ListenSubscribeRefused,
+        );
+        assert_eq!(r.kind(), RejectionKind::ListenSubscribeRefused(-32602));
+        assert_eq!(r.message(), "nope");
+        assert_eq!(r.data(), Some(&json!({"uri":"file:///x"})));
     }
 
     #[test]

@@ -8,16 +8,12 @@
 //! request's span, carrying the same `request_id`, so an operator can find it from what the
 //! client reports. `/readyz` uses the same sentences ([`client_message`]).
 
-use std::time::Duration;
-
-use http::StatusCode;
 use serde_json::json;
 
-use crate::error::{Fault, Rejection};
+use crate::error::{Rejection, RejectionKind};
 use crate::legacy::http::HttpError;
 use crate::legacy::session::SessionError;
 use crate::request_id::RequestId;
-use mrtr_wire::jsonrpc::codes;
 
 /// The client-facing sentence for a legacy-session failure: what failed, never upstream text.
 pub fn client_message(e: &SessionError) -> String {
@@ -56,46 +52,36 @@ pub fn client_message(e: &SessionError) -> String {
     }
 }
 
+/// The failure class of a legacy-session failure.
+pub fn kind(e: &SessionError) -> RejectionKind {
+    match e {
+        SessionError::Http(HttpError::Timeout(_)) => RejectionKind::UpstreamTimeout,
+        SessionError::Http(HttpError::Connect(_)) => RejectionKind::UpstreamUnreachable,
+        SessionError::Http(HttpError::Tls { .. }) => RejectionKind::UpstreamTlsFailed,
+        SessionError::Http(HttpError::TooLarge(_)) => RejectionKind::UpstreamTooLarge,
+        SessionError::Http(_) => RejectionKind::UpstreamHttpError,
+        SessionError::Initialize(_) | SessionError::InitializeStatus { .. } => {
+            RejectionKind::UpstreamInitializeFailed
+        }
+        SessionError::Expired => RejectionKind::UpstreamSessionExpired,
+        SessionError::Protocol(_) => RejectionKind::UpstreamProtocolError,
+        SessionError::Spawn(_) => RejectionKind::UpstreamSpawnFailed,
+        SessionError::Gone(_) => RejectionKind::UpstreamStreamBroken,
+        SessionError::Backoff { retry_in, .. } => RejectionKind::UpstreamSpawnBackoff {
+            retry_after: *retry_in,
+        },
+        SessionError::Saturated { .. } => RejectionKind::StdioMaxChildren,
+    }
+}
+
 /// The stable reason (metrics, access log) for a legacy-session failure.
 pub fn reason(e: &SessionError) -> &'static str {
-    match e {
-        SessionError::Http(HttpError::Timeout(_)) => "upstream_timeout",
-        SessionError::Http(HttpError::Connect(_)) => "upstream_unreachable",
-        SessionError::Http(HttpError::Tls { .. }) => "upstream_tls_failed",
-        SessionError::Http(HttpError::TooLarge(_)) => "upstream_too_large",
-        SessionError::Http(_) => "upstream_http_error",
-        SessionError::Initialize(_) | SessionError::InitializeStatus { .. } => {
-            "upstream_initialize_failed"
-        }
-        SessionError::Expired => "upstream_session_expired",
-        SessionError::Protocol(_) => "upstream_protocol_error",
-        SessionError::Spawn(_) => "upstream_spawn_failed",
-        SessionError::Gone(_) => "upstream_stream_broken",
-        SessionError::Backoff { .. } => "upstream_spawn_backoff",
-        SessionError::Saturated { .. } => "stdio_max_children",
-    }
+    kind(e).reason()
 }
 
 /// How a legacy-session failure is reported to the modern client (the detail is logged).
 pub fn session_rejection(e: &SessionError) -> Rejection {
-    let message = client_message(e);
-    let reason = reason(e);
-    let rejection = match e {
-        SessionError::Http(HttpError::Timeout(_)) => Rejection::upstream_timeout(message, reason),
-        SessionError::Backoff { retry_in, .. } => Rejection::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            codes::INTERNAL_ERROR,
-            message,
-            Fault::Upstream,
-            reason,
-        )
-        .with_header(http::header::RETRY_AFTER, retry_after(*retry_in)),
-        SessionError::Saturated { .. } => {
-            Rejection::unavailable(message, reason).with_header(http::header::RETRY_AFTER, "1")
-        }
-        _ => Rejection::upstream(message, reason),
-    };
-    concealed(rejection, &e.to_string())
+    concealed(Rejection::new(kind(e), client_message(e)), &e.to_string())
 }
 
 /// `rejection` as the client sees it, with the request id in `error.data`; `detail` (which the
@@ -105,37 +91,24 @@ pub fn concealed(rejection: Rejection, detail: &str) -> Rejection {
     let request_id = id.as_ref().map(RequestId::as_str).unwrap_or("");
     tracing::warn!(
         request_id,
-        reason = rejection.reason,
+        reason = rejection.reason(),
         detail,
         "upstream failure (the client was told: {})",
-        rejection.error.message
+        rejection.message()
     );
     match id {
-        Some(id) => with_request_id(rejection, &id),
+        Some(id) => rejection.with_data_member("requestId", json!(id.as_str())),
         None => rejection,
     }
-}
-
-/// Adds `requestId` to the error's data (keeping what is there when it is an object).
-fn with_request_id(mut rejection: Rejection, id: &RequestId) -> Rejection {
-    match rejection.error.data.as_mut() {
-        Some(serde_json::Value::Object(map)) => {
-            map.insert("requestId".into(), json!(id.as_str()));
-            rejection
-        }
-        Some(_) => rejection,
-        None => rejection.with_data(json!({"requestId": id.as_str()})),
-    }
-}
-
-/// Whole seconds for `Retry-After`, at least 1.
-fn retry_after(d: Duration) -> String {
-    d.as_secs_f64().ceil().max(1.0).to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Fault;
+    use crate::front::error_map::answer;
+    use http::StatusCode;
+    use std::time::Duration;
 
     const SECRETS: &[&str] = &["s3cret-pw", "API-KEY-123", "<html>", "db.internal:5432"];
 
@@ -174,15 +147,12 @@ mod tests {
             let rej = RequestId::new()
                 .scope(async { session_rejection(&e) })
                 .await;
-            let shown = serde_json::to_string(&rej.error).unwrap();
+            let shown = serde_json::to_string(&answer(&rej).error).unwrap();
             for secret in SECRETS {
                 assert!(!shown.contains(secret), "{e}: {shown}");
             }
-            assert!(
-                rej.error.data.as_ref().unwrap()["requestId"].is_string(),
-                "{shown}"
-            );
-            assert_eq!(rej.fault, Fault::Upstream);
+            assert!(rej.data().unwrap()["requestId"].is_string(), "{shown}");
+            assert_eq!(rej.fault(), Fault::Upstream);
         }
     }
 
@@ -192,22 +162,25 @@ mod tests {
             Duration::from_secs(1),
         )));
         assert_eq!(
-            (t.status, t.reason),
+            (answer(&t).status, t.reason()),
             (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout")
         );
         let backoff = leaky_errors()
             .into_iter()
             .find(|e| matches!(e, SessionError::Backoff { .. }))
             .unwrap();
-        let b = session_rejection(&backoff);
+        let b = answer(&session_rejection(&backoff));
         assert_eq!(b.status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(b.headers[0].1, "3");
+        assert_eq!(
+            b.headers[0],
+            (http::header::RETRY_AFTER, "3".parse().unwrap())
+        );
         let s = session_rejection(&SessionError::Saturated {
             limit: 2,
             waited: Duration::from_secs(1),
         });
         assert_eq!(
-            (s.status, s.reason),
+            (answer(&s).status, s.reason()),
             (StatusCode::SERVICE_UNAVAILABLE, "stdio_max_children")
         );
     }

@@ -1,16 +1,14 @@
 //! Why a request was not authenticated, and how that reaches the client.
 //!
-//! Every failure becomes HTTP 401 with a `WWW-Authenticate` challenge and a JSON-RPC
-//! `-32600` error, except [`AuthFailure::KeysUnavailable`] (the gateway could not obtain any
-//! verification keys: HTTP 503, the gateway's fault). Messages and challenge parameters are
+//! Every failure is answered (by the front's error table) with HTTP 401, the failure's
+//! `WWW-Authenticate` challenge and a JSON-RPC `-32600` error, except
+//! [`AuthFailure::KeysUnavailable`] (the gateway could not obtain any verification keys: HTTP
+//! 503 without a challenge, the gateway's fault). Messages and challenge parameters are
 //! fixed strings per failure class: they may say "expired" or "wrong audience", but they never
 //! carry anything taken from the request, so a token can never be echoed back or logged through
 //! them.
 
-use http::StatusCode;
-
-use crate::error::{Fault, Rejection};
-use mrtr_wire::jsonrpc::codes;
+use crate::error::{Rejection, RejectionKind};
 
 /// The protection space named in every challenge.
 pub const REALM: &str = "mrtr-gateway";
@@ -52,23 +50,28 @@ pub enum AuthFailure {
 }
 
 impl AuthFailure {
-    pub fn reason(self) -> &'static str {
+    /// The failure class.
+    pub fn kind(self) -> RejectionKind {
         match self {
-            AuthFailure::Missing => "auth_missing",
-            AuthFailure::Malformed => "auth_malformed",
-            AuthFailure::Expired => "auth_expired",
-            AuthFailure::NotYetValid => "auth_not_yet_valid",
-            AuthFailure::BadAudience => "auth_bad_audience",
-            AuthFailure::BadIssuer => "auth_bad_issuer",
-            AuthFailure::BadAlgorithm => "auth_bad_algorithm",
-            AuthFailure::UnknownKid => "auth_unknown_kid",
-            AuthFailure::BadSignature => "auth_bad_signature",
-            AuthFailure::MissingClaim => "auth_missing_claim",
-            AuthFailure::UntrustedSource => "auth_untrusted_source",
-            AuthFailure::NoIdentity => "auth_no_identity",
-            AuthFailure::AmbiguousIdentity => "auth_ambiguous_identity",
-            AuthFailure::KeysUnavailable => "auth_keys_unavailable",
+            AuthFailure::Missing => RejectionKind::AuthMissing,
+            AuthFailure::Malformed => RejectionKind::AuthMalformed,
+            AuthFailure::Expired => RejectionKind::AuthExpired,
+            AuthFailure::NotYetValid => RejectionKind::AuthNotYetValid,
+            AuthFailure::BadAudience => RejectionKind::AuthBadAudience,
+            AuthFailure::BadIssuer => RejectionKind::AuthBadIssuer,
+            AuthFailure::BadAlgorithm => RejectionKind::AuthBadAlgorithm,
+            AuthFailure::UnknownKid => RejectionKind::AuthUnknownKid,
+            AuthFailure::BadSignature => RejectionKind::AuthBadSignature,
+            AuthFailure::MissingClaim => RejectionKind::AuthMissingClaim,
+            AuthFailure::UntrustedSource => RejectionKind::AuthUntrustedSource,
+            AuthFailure::NoIdentity => RejectionKind::AuthNoIdentity,
+            AuthFailure::AmbiguousIdentity => RejectionKind::AuthAmbiguousIdentity,
+            AuthFailure::KeysUnavailable => RejectionKind::AuthKeysUnavailable,
         }
+    }
+
+    pub fn reason(self) -> &'static str {
+        self.kind().reason()
     }
 
     /// The client-facing text (also used as the RFC 6750 `error_description`).
@@ -146,22 +149,6 @@ impl AuthError {
 
 impl From<AuthError> for Rejection {
     fn from(e: AuthError) -> Rejection {
-        if e.failure == AuthFailure::KeysUnavailable {
-            return Rejection::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                codes::INTERNAL_ERROR,
-                e.failure.message(),
-                Fault::Internal,
-                e.reason(),
-            );
-        }
-        Rejection::new(
-            StatusCode::UNAUTHORIZED,
-            codes::INVALID_REQUEST,
-            e.failure.message(),
-            Fault::Client,
-            e.reason(),
-        )
-        .with_header(http::header::WWW_AUTHENTICATE, e.www_authenticate())
+        Rejection::new(e.failure.kind(), e.failure.message()).with_challenge(e.www_authenticate())
     }
 }

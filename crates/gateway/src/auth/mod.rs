@@ -9,8 +9,8 @@
 //! | `header` | a header set by a trusted proxy (`header.rs`) | `{prefix}{header value}`  |
 //! | `mtls`   | the verified client certificate (`mtls.rs`)   | CN, a SAN, or the subject |
 //!
-//! A failure is an [`AuthError`]; `Rejection::from` turns it into HTTP 401 with a
-//! `WWW-Authenticate` challenge and a JSON-RPC error whose `reason` names the failure class.
+//! A failure is an [`AuthError`]; `Rejection::from` turns it into a rejection of the failure's
+//! kind carrying its `WWW-Authenticate` challenge, which the front answers with HTTP 401.
 //!
 //! Separately, [`Authenticator::upstream_headers`] says what to send to the legacy server
 //! (nothing, the client's `Authorization`, or a static token) and
@@ -219,6 +219,7 @@ impl Authenticator {
 mod tests {
     use super::*;
     use crate::error::Rejection;
+    use crate::front::error_map::answer;
     use http::{HeaderValue, StatusCode};
 
     fn peer() -> SocketAddr {
@@ -270,9 +271,10 @@ mod tests {
             })
             .await
             .unwrap_err();
-        let r = Rejection::from(err);
+        let rej = Rejection::from(err);
+        assert_eq!(rej.reason(), "auth_untrusted_source");
+        let r = answer(&rej);
         assert_eq!(r.status, StatusCode::UNAUTHORIZED);
-        assert_eq!(r.reason, "auth_untrusted_source");
         assert_eq!(r.error.code, mrtr_wire::jsonrpc::codes::INVALID_REQUEST);
         let (_, challenge) = r
             .headers
@@ -297,7 +299,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.failure, AuthFailure::Missing);
         let r = Rejection::from(err);
-        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
-        assert_eq!(r.reason, "auth_missing");
+        assert_eq!(answer(&r).status, StatusCode::UNAUTHORIZED);
+        assert_eq!(r.reason(), "auth_missing");
     }
 }

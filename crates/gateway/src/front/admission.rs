@@ -15,13 +15,13 @@
 //! principal, or for anonymous callers the principal and the source address (IPv6 per /64, as
 //! for the connection caps), so one anonymous caller cannot exhaust a quota for everyone.
 
-use http::{Response, header};
+use http::Response;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::deps::Front;
 use super::long_lived::is_long_lived;
 use super::respond::{self, Body};
-use crate::error::Rejection;
+use crate::error::{Rejection, RejectionKind};
 
 /// A request slot; dropping it frees the slot.
 pub struct RequestSlot {
@@ -43,14 +43,13 @@ pub fn take_slot(gw: &Front) -> Result<RequestSlot, Rejection> {
             .limit_hits
             .with_label_values(&["max_concurrent_requests"])
             .inc();
-        return Err(Rejection::unavailable(
+        return Err(Rejection::new(
+            RejectionKind::Overloaded,
             format!(
                 "the gateway is serving its limit of {} requests (listen.max_concurrent_requests); retry shortly",
                 gw.config().listen.max_concurrent_requests
             ),
-            "overloaded",
-        )
-        .with_header(header::RETRY_AFTER, "1"));
+        ));
     };
     gw.metrics.active_requests.inc();
     Ok(RequestSlot {

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::admission;
 use super::deps::Front;
+use super::error_map;
 use super::ingress::{self, Parsed};
 use super::listener::ConnInfo;
 use super::respond::{self, Body};
@@ -18,7 +19,7 @@ use crate::auth::{AuthRequest, Authenticator, Principal};
 use crate::caller_scope::Caller;
 use crate::caller_scope::CallerScope;
 use crate::config::Config;
-use crate::error::Rejection;
+use crate::error::{Rejection, RejectionKind};
 use crate::legacy::session::SESSION_HEADER;
 use crate::metrics::method_label;
 use crate::mrtr::engine::{self, Call};
@@ -36,21 +37,24 @@ fn record(gw: &Front, method: &str, outcome: &Result<Value, Rejection>) {
         Err(rej) => {
             gw.metrics
                 .rejections
-                .with_label_values(&[rej.reason, rej.fault.as_str()])
+                .with_label_values(&[rej.reason(), rej.fault().as_str()])
                 .inc();
             "error"
         }
     };
     match outcome {
-        Err(rej) => tracing::info!(
-            method = method_label(method),
-            outcome = kind,
-            status = rej.status.as_u16(),
-            code = rej.error.code,
-            reason = rej.reason,
-            fault = rej.fault.as_str(),
-            "request done"
-        ),
+        Err(rej) => {
+            let row = error_map::row(rej.kind());
+            tracing::info!(
+                method = method_label(method),
+                outcome = kind,
+                status = row.status.as_u16(),
+                code = row.code,
+                reason = rej.reason(),
+                fault = rej.fault().as_str(),
+                "request done"
+            )
+        }
         Ok(_) => tracing::info!(
             method = method_label(method),
             outcome = kind,
@@ -125,11 +129,8 @@ async fn handle_inner(
             .is_ok_and(|o| origin_allowed(o, &cfg.listen.allowed_origins));
         if !ok {
             let rej = Rejection::new(
-                StatusCode::FORBIDDEN,
-                mrtr_wire::jsonrpc::codes::INVALID_REQUEST,
+                RejectionKind::OriginForbidden,
                 "this Origin is not allowed (listen.allowed_origins)",
-                crate::error::Fault::Client,
-                "origin_forbidden",
             );
             return refuse(&gw, "other", None, rej);
         }
@@ -140,11 +141,8 @@ async fn handle_inner(
     // DELETE names a session (checked once the caller is known).
     if req.uri().path() != cfg.listen.path {
         let rej = Rejection::new(
-            StatusCode::NOT_FOUND,
-            mrtr_wire::jsonrpc::codes::INVALID_REQUEST,
+            RejectionKind::WrongPath,
             format!("no MCP endpoint here; it is at {}", cfg.listen.path),
-            crate::error::Fault::Client,
-            "wrong_path",
         );
         return refuse(&gw, "other", None, rej);
     }
@@ -225,13 +223,9 @@ async fn handle_inner(
 
 fn method_not_allowed() -> Rejection {
     Rejection::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        mrtr_wire::jsonrpc::codes::INVALID_REQUEST,
+        RejectionKind::MethodNotAllowed,
         "this MCP endpoint accepts POST only (2026-07-28 has no GET stream and no sessions)",
-        crate::error::Fault::Client,
-        "method_not_allowed",
     )
-    .with_header(header::ALLOW, "POST")
 }
 
 /// A request that passed the front's admission: authenticated, body read, slot held.
@@ -415,8 +409,10 @@ async fn serve(gw: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Bod
         env.id,
         sse,
         move |sink, cancel| {
-            async move { engine::serve(&gw_work, &call, &sink, &cancel).await }
-                .instrument(work_span)
+            async move {
+                engine::serve(&gw_work, &call, &sink, &cancel, error_map::status_and_error).await
+            }
+            .instrument(work_span)
         },
         move |outcome| span.in_scope(|| record(&gw_done, &method, outcome)),
     )

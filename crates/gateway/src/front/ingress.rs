@@ -16,7 +16,7 @@
 use http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
-use crate::error::Rejection;
+use crate::error::{Rejection, RejectionKind};
 use mrtr_wire::protocol::meta::{self, PROTOCOL_VERSION, RequestMeta};
 use mrtr_wire::protocol::methods::name_param;
 use mrtr_wire::protocol::{SUPPORTED_VERSIONS, header_value};
@@ -102,7 +102,7 @@ pub fn parse_envelope(body: &[u8]) -> Result<Parsed, Refusal> {
     if params.as_ref().is_some_and(|p| !p.is_object()) {
         return Err(refusal(
             id,
-            Rejection::invalid_params("params must be an object", "invalid_params"),
+            Rejection::new(RejectionKind::InvalidParams, "params must be an object"),
         ));
     }
     match id {
@@ -193,7 +193,7 @@ pub fn check_version(version: &str) -> Result<(), Rejection> {
 
 /// Step 4: `_meta`.
 pub fn check_meta(env: &Envelope) -> Result<RequestMeta, Rejection> {
-    meta::parse(env.params.as_ref()).map_err(|e| Rejection::invalid_params(e.0, "missing_meta"))
+    meta::parse(env.params.as_ref()).map_err(|e| Rejection::new(RejectionKind::MissingMeta, e.0))
 }
 
 /// Steps 2–4 in order.
@@ -206,6 +206,7 @@ pub fn validate(headers: &HeaderMap, env: &Envelope) -> Result<RequestMeta, Reje
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::front::error_map::answer;
     use mrtr_wire::jsonrpc::codes;
     use serde_json::json;
 
@@ -233,7 +234,7 @@ mod tests {
     }
 
     fn code(r: Result<RequestMeta, Rejection>) -> i64 {
-        r.unwrap_err().error.code
+        answer(&r.unwrap_err()).error.code
     }
 
     #[test]
@@ -273,7 +274,7 @@ mod tests {
             ("mcp-method", "tools/call"),
             ("mcp-name", "t"),
         ]);
-        let r = validate(&h, &e).unwrap_err();
+        let r = answer(&validate(&h, &e).unwrap_err());
         assert_eq!(r.error.code, codes::UNSUPPORTED_PROTOCOL_VERSION);
         assert_eq!(
             r.error.data,
@@ -363,29 +364,36 @@ mod tests {
     #[test]
     fn envelope_errors() {
         assert_eq!(
-            parse_envelope(b"{").unwrap_err().1.error.code,
+            answer(&parse_envelope(b"{").unwrap_err().1).error.code,
             codes::PARSE_ERROR
         );
         assert_eq!(
-            parse_envelope(b"[]").unwrap_err().1.error.code,
+            answer(&parse_envelope(b"[]").unwrap_err().1).error.code,
             codes::INVALID_REQUEST
         );
         let (id, r) = *parse_envelope(br#"{"jsonrpc":"1.0","id":7,"method":"x"}"#).unwrap_err();
-        assert_eq!((id, r.error.code), (Some(json!(7)), codes::INVALID_REQUEST));
         assert_eq!(
-            parse_envelope(br#"{"jsonrpc":"2.0","id":null,"method":"x"}"#)
-                .unwrap_err()
-                .1
-                .error
-                .code,
+            (id, answer(&r).error.code),
+            (Some(json!(7)), codes::INVALID_REQUEST)
+        );
+        assert_eq!(
+            answer(
+                &parse_envelope(br#"{"jsonrpc":"2.0","id":null,"method":"x"}"#)
+                    .unwrap_err()
+                    .1
+            )
+            .error
+            .code,
             codes::INVALID_REQUEST
         );
         assert_eq!(
-            parse_envelope(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#)
-                .unwrap_err()
-                .1
-                .error
-                .code,
+            answer(
+                &parse_envelope(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#)
+                    .unwrap_err()
+                    .1
+            )
+            .error
+            .code,
             codes::INVALID_REQUEST
         );
         assert!(matches!(

@@ -46,7 +46,7 @@
 use std::convert::Infallible;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, header};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Incoming;
 use serde_json::Value;
@@ -58,12 +58,11 @@ use super::long_lived::{self, StreamPlace, StreamRefusal};
 use super::respond::Body;
 use crate::auth::Authenticator;
 use crate::caller_scope::Caller;
-use crate::error::{Fault, Rejection};
+use crate::error::{Rejection, RejectionKind};
 use crate::legacy::session::{SESSION_HEADER, SessionError, VERSION_HEADER};
 use crate::legacy::upstream::Upstream;
 use crate::state::{SessionTicket, now_secs};
 use crate::upstream_error::session_rejection;
-use mrtr_wire::jsonrpc::codes;
 use mrtr_wire::protocol::SUPPORTED_VERSIONS;
 
 const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
@@ -123,14 +122,13 @@ pub fn is_session_bodyless(gw: &Front, method: &Method, headers: &HeaderMap) -> 
     matches!(*method, Method::GET | Method::DELETE) && ticket_of(gw, headers).is_some()
 }
 
-fn unknown_session(reason: &'static str) -> Rejection {
+/// The answer to a session id that cannot be served (`kind` says why, for the operator): the
+/// same "not found" a legacy server gives an unknown session.
+fn unknown_session(kind: RejectionKind) -> Rejection {
     Rejection::new(
-        StatusCode::NOT_FOUND,
-        codes::INVALID_REQUEST,
+        kind,
         "Session not found: this Mcp-Session-Id was not issued by this gateway, belongs to another \
          caller, or was sealed under a retired key; initialize a new session",
-        Fault::Client,
-        reason,
     )
 }
 
@@ -153,11 +151,11 @@ pub async fn serve_session(
     caller: &Caller,
 ) -> Result<Response<Body>, Rejection> {
     let Some((token, ticket)) = ticket_of(gw, headers) else {
-        return Err(unknown_session("legacy_session_unknown"));
+        return Err(unknown_session(RejectionKind::LegacySessionUnknown));
     };
     if ticket.principal != principal {
         tracing::warn!(%principal, "a legacy session id issued to another principal was presented");
-        return Err(unknown_session("legacy_session_wrong_principal"));
+        return Err(unknown_session(RejectionKind::LegacySessionWrongPrincipal));
     }
     // The standalone GET stream lives as long as the client keeps it: it counts against its
     // own cap and the caller's quota instead of a request slot.
@@ -206,27 +204,27 @@ fn admit_get_stream(gw: &Front, caller: &Caller) -> Result<StreamPlace, Rejectio
     let (label, rejection) = match refusal {
         StreamRefusal::Full => (
             "max_legacy_get_streams",
-            Rejection::unavailable(
+            Rejection::new(
+                RejectionKind::MaxLegacyGetStreams,
                 format!(
                     "this gateway replica holds its limit of {} legacy GET streams (legacy_clients.max_get_streams); retry shortly",
                     limits.max_get_streams
                 ),
-                "max_legacy_get_streams",
             ),
         ),
         StreamRefusal::CallerQuota => (
             "max_legacy_get_streams_per_principal",
-            Rejection::caller_quota(
+            Rejection::new(
+                RejectionKind::LegacyGetStreamQuota,
                 format!(
                     "you already hold {} legacy GET streams on this replica (legacy_clients.max_get_streams_per_principal); close one first",
                     limits.max_get_streams_per_principal
                 ),
-                "legacy_get_stream_quota",
             ),
         ),
     };
     gw.metrics.limit_hits.with_label_values(&[label]).inc();
-    Err(rejection.with_header(header::RETRY_AFTER, "5"))
+    Err(rejection)
 }
 
 /// Serves a legacy `initialize` (already authenticated as `principal`); `params` are the
@@ -244,15 +242,12 @@ pub async fn serve_initialize(
             .cloned()
             .unwrap_or(Value::Null);
         return Err(Rejection::new(
-            StatusCode::BAD_REQUEST,
-            codes::UNSUPPORTED_PROTOCOL_VERSION,
+            RejectionKind::LegacyPassthroughUnavailable,
             format!(
                 "legacy clients are passed through only to a Streamable HTTP legacy server (upstream.transport is {:?}): \
                  a passed-through session must be addressable by id from any replica; use protocol version 2026-07-28",
                 gw.config().upstream.transport.as_str()
             ),
-            Fault::Client,
-            "legacy_passthrough_unavailable",
         )
         .with_data(serde_json::json!({"supported": SUPPORTED_VERSIONS, "requested": requested})));
     }
@@ -291,7 +286,9 @@ async fn forward(
     let upstream = gw.sessions.upstream();
     let Upstream::Http(http) = &*upstream else {
         // The upstream changed transport since the session began.
-        return Err(unknown_session("legacy_passthrough_unavailable"));
+        return Err(unknown_session(
+            RejectionKind::LegacySessionTransportChanged,
+        ));
     };
     let mut out = super::handler::upstream_headers(f.headers, None, auth);
     for name in FORWARDED {
@@ -306,9 +303,9 @@ async fn forward(
     }
     if let Some((_, ticket)) = f.session {
         let sid = HeaderValue::from_str(&ticket.upstream_session).map_err(|_| {
-            Rejection::internal(
+            Rejection::new(
+                RejectionKind::LegacySessionUnsendable,
                 "a sealed legacy session id holds bytes no header can carry",
-                "legacy_session_unknown",
             )
         })?;
         out.insert(SESSION_HEADER, sid);
@@ -333,9 +330,9 @@ async fn forward(
     }
     if let Some(sid) = parts.headers.get(SESSION_HEADER) {
         let sid = sid.to_str().map_err(|_| {
-            Rejection::upstream(
+            Rejection::new(
+                RejectionKind::UpstreamProtocolError,
                 "the legacy server sent an Mcp-Session-Id that is not visible ASCII",
-                "upstream_protocol_error",
             )
         })?;
         let client_id = match f.session {
@@ -348,12 +345,12 @@ async fn forward(
                     issued_at: now_secs(),
                 })
                 .map_err(|e| {
-                    Rejection::upstream(
+                    Rejection::new(
+                        RejectionKind::LegacySessionTooLarge,
                         format!(
                             "the legacy server's session id is too long to seal within state.max_bytes ({} > {} bytes)",
                             e.size, e.limit
                         ),
-                        "legacy_session_too_large",
                     )
                 })?,
         };

@@ -48,7 +48,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Response, StatusCode, header};
+use http::{HeaderMap, Response};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde_json::{Map, Value, json};
@@ -61,7 +61,7 @@ use super::long_lived::{self, StreamPlace, StreamRefusal};
 use super::respond::{self, Body};
 use crate::caller_scope::Caller;
 use crate::caller_scope::CallerScope;
-use crate::error::{Fault, Rejection};
+use crate::error::{Rejection, RejectionKind};
 use crate::legacy::session::{Inbound, LegacySession, StreamTag};
 use crate::legacy::upstream::Upstream;
 use crate::legacy::wire::response_id;
@@ -92,7 +92,7 @@ pub struct Filter {
 const COALESCE: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn bad_filter(message: String) -> Rejection {
-    Rejection::invalid_params(message, "invalid_listen_filter")
+    Rejection::new(RejectionKind::InvalidListenFilter, message)
 }
 
 impl Filter {
@@ -276,17 +276,17 @@ async fn subscribe(
         let item = tokio::time::timeout_at(deadline, inbound.recv())
             .await
             .map_err(|_| {
-                Rejection::upstream_timeout(
+                Rejection::new(
+                    RejectionKind::ListenSubscribeTimeout,
                     format!(
                         "the legacy server did not confirm resources/subscribe within upstream.response_timeout ({timeout:?})"
                     ),
-                    "listen_subscribe_timeout",
                 )
             })?;
         let Some(item) = item else {
-            return Err(Rejection::upstream(
+            return Err(Rejection::new(
+                RejectionKind::UpstreamStreamBroken,
                 "the legacy session ended while subscribing",
-                "upstream_stream_broken",
             ));
         };
         match item {
@@ -296,19 +296,11 @@ async fn subscribe(
                         continue;
                     };
                     if let Some(err) = msg.get("error") {
-                        let mapped = translate::map_legacy_error(err, &json!({"uri": uri}));
-                        let status = if mapped.code == codes::METHOD_NOT_FOUND {
-                            StatusCode::NOT_FOUND
-                        } else {
-                            StatusCode::OK
-                        };
-                        return Err(Rejection {
-                            status,
-                            error: mapped,
-                            fault: Fault::Upstream,
-                            reason: "listen_subscribe_refused",
-                            headers: Vec::new(),
-                        });
+                        return Err(translate::legacy_error(
+                            err,
+                            &json!({"uri": uri}),
+                            RejectionKind::ListenSubscribeRefused,
+                        ));
                     }
                 }
                 MessageKind::Request => refuse_server_request(session, &msg).await,
@@ -324,9 +316,9 @@ async fn subscribe(
                 error,
             } if waiting.contains_key(&id) => {
                 return Err(crate::upstream_error::concealed(
-                    Rejection::upstream(
+                    Rejection::new(
+                        RejectionKind::UpstreamStreamBroken,
                         "the upstream MCP server ended resources/subscribe without an answer",
-                        "upstream_stream_broken",
                     ),
                     error.as_deref().unwrap_or("no error reported"),
                 ));
@@ -336,9 +328,9 @@ async fn subscribe(
                 error,
             } => {
                 return Err(crate::upstream_error::concealed(
-                    Rejection::upstream(
+                    Rejection::new(
+                        RejectionKind::UpstreamStreamBroken,
                         "the upstream MCP server stopped delivering notifications",
-                        "upstream_stream_broken",
                     ),
                     error.as_deref().unwrap_or("no error reported"),
                 ));
@@ -376,19 +368,15 @@ pub async fn serve(
     }
     if !accepts_sse {
         return Err(Rejection::new(
-            StatusCode::NOT_ACCEPTABLE,
-            codes::INVALID_REQUEST,
+            RejectionKind::ListenNeedsSse,
             "subscriptions/listen answers with an SSE stream: Accept must include text/event-stream",
-            Fault::Client,
-            "listen_needs_sse",
         ));
     }
     if gw.long_lived.shutdown().is_cancelled() {
-        return Err(Rejection::unavailable(
+        return Err(Rejection::new(
+            RejectionKind::ShuttingDown,
             "this gateway replica is shutting down; listen again (another replica will serve it)",
-            "shutting_down",
-        )
-        .with_header(header::RETRY_AFTER, "1"));
+        ));
     }
     let place = match gw.long_lived.admit_listen(
         caller,
@@ -401,28 +389,26 @@ pub async fn serve(
                 .limit_hits
                 .with_label_values(&["max_listen_streams"])
                 .inc();
-            return Err(Rejection::unavailable(
+            return Err(Rejection::new(
+                RejectionKind::MaxListenStreams,
                 format!(
                     "this gateway replica holds its limit of {} listen streams (subscriptions.max_streams); retry shortly",
                     limits.max_streams
                 ),
-                "max_listen_streams",
-            )
-            .with_header(header::RETRY_AFTER, "5"));
+            ));
         }
         Err(StreamRefusal::CallerQuota) => {
             gw.metrics
                 .limit_hits
                 .with_label_values(&["max_listen_streams_per_principal"])
                 .inc();
-            return Err(Rejection::caller_quota(
+            return Err(Rejection::new(
+                RejectionKind::ListenStreamQuota,
                 format!(
                     "you already hold {} listen streams on this replica (subscriptions.max_streams_per_principal); close one first",
                     limits.max_streams_per_principal
                 ),
-                "listen_stream_quota",
-            )
-            .with_header(header::RETRY_AFTER, "5"));
+            ));
         }
     };
 
@@ -669,7 +655,9 @@ mod tests {
             json!({"notifications": {"resourceSubscriptions": [""]}}),
         ] {
             let e = Filter::parse(&bad).unwrap_err();
-            assert_eq!(e.error.code, codes::INVALID_PARAMS, "{bad}");
+            assert_eq!(e.kind(), RejectionKind::InvalidListenFilter, "{bad}");
+            let answer = crate::front::error_map::answer(&e);
+            assert_eq!(answer.error.code, codes::INVALID_PARAMS, "{bad}");
         }
     }
 

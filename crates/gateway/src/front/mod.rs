@@ -5,6 +5,7 @@ pub mod admission;
 pub mod conn_limits;
 pub mod connection;
 pub mod deps;
+pub mod error_map;
 pub mod handler;
 pub mod ingress;
 pub mod legacy_passthrough;

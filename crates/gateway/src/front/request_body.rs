@@ -9,12 +9,10 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::StatusCode;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 
-use crate::error::{Fault, Rejection};
-use mrtr_wire::jsonrpc::codes;
+use crate::error::{Rejection, RejectionKind};
 
 /// Why a body could not be read.
 #[derive(Debug)]
@@ -47,21 +45,15 @@ impl From<BodyError> for Rejection {
     fn from(e: BodyError) -> Rejection {
         match e {
             BodyError::TooLarge(limit) => Rejection::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                codes::INVALID_REQUEST,
+                RejectionKind::BodyTooLarge,
                 format!("the request body exceeds listen.max_body_bytes ({limit} bytes)"),
-                Fault::Client,
-                "body_too_large",
             ),
             BodyError::Late(limit) => Rejection::new(
-                StatusCode::REQUEST_TIMEOUT,
-                codes::INVALID_REQUEST,
+                RejectionKind::BodyReadTimeout,
                 format!(
                     "the request body did not arrive within listen.body_read_timeout ({}); the connection is closed",
                     humantime::format_duration(limit)
                 ),
-                Fault::Client,
-                "body_read_timeout",
             ),
             BodyError::Broken(detail) => {
                 Rejection::invalid_request(format!("could not read the request body: {detail}"))

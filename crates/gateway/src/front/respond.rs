@@ -17,7 +17,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::error::Rejection;
+use super::error_map;
+use crate::error::{Rejection, RejectionKind};
 use crate::mrtr::engine::Sink;
 use mrtr_wire::jsonrpc;
 
@@ -43,13 +44,13 @@ pub fn json(status: StatusCode, v: &Value) -> Response<Body> {
     r
 }
 
-/// An error response: the rejection's status, extra headers, and a JSON-RPC error body.
+/// An error response, as the front's table answers `rej`: its status, headers, and a JSON-RPC
+/// error body.
 pub fn rejection(id: Option<&Value>, rej: &Rejection) -> Response<Body> {
-    let mut r = json(rej.status, &jsonrpc::error_response(id, &rej.error));
-    for (name, value) in &rej.headers {
-        if let Ok(v) = HeaderValue::from_str(value) {
-            r.headers_mut().append(name.clone(), v);
-        }
+    let answer = error_map::answer(rej);
+    let mut r = json(answer.status, &jsonrpc::error_response(id, &answer.error));
+    for (name, value) in answer.headers {
+        r.headers_mut().append(name, value);
     }
     r
 }
@@ -84,14 +85,14 @@ pub fn sse_response(body: Body) -> Response<Body> {
 fn final_message(id: &Value, outcome: &Result<Value, Rejection>) -> Value {
     match outcome {
         Ok(result) => jsonrpc::result_response(id, result.clone()),
-        Err(rej) => jsonrpc::error_response(Some(id), &rej.error),
+        Err(rej) => jsonrpc::error_response(Some(id), &error_map::error_object(rej)),
     }
 }
 
 fn join_failure() -> Rejection {
-    Rejection::internal(
+    Rejection::new(
+        RejectionKind::InternalPanic,
         "the gateway failed while serving this request",
-        "internal_panic",
     )
 }
 

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 
 use super::input_response::validate;
-use crate::error::Rejection;
+use crate::error::{Rejection, RejectionKind};
 use crate::state::{InputKind, StatePayload};
 
 pub struct AnswerBook {
@@ -23,9 +23,9 @@ pub struct AnswerBook {
 }
 
 pub fn bad_answer(key: &str, message: &str) -> Rejection {
-    Rejection::invalid_params(
+    Rejection::new(
+        RejectionKind::BadInputResponse,
         format!("inputResponses[{key:?}]: {message}"),
-        "bad_input_response",
     )
 }
 

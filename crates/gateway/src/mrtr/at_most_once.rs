@@ -38,9 +38,15 @@ use serde_json::Value;
 
 use super::deps::Engine;
 use crate::caller_scope::Caller;
-use crate::error::{Fault, Rejection};
+use crate::error::{Fault, Recorded, Rejection, RejectionKind};
 use crate::single_use::{self, Claim, Owner, SingleUseStore, StoreError};
 use crate::state::StatePayload;
+use mrtr_wire::jsonrpc::ErrorObject;
+
+/// How the front answers an error: its HTTP status and JSON-RPC error. A kept outcome records
+/// them, so that every duplicate presentation is answered as the first one was; this layer
+/// chooses neither, so the front passes its table in.
+pub type Render = fn(&Rejection) -> (StatusCode, ErrorObject);
 
 /// A claim this presentation owns and has started: it must be settled.
 pub struct Guard {
@@ -65,7 +71,7 @@ struct KeptOutcome {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     result: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    error: Option<mrtr_wire::jsonrpc::ErrorObject>,
+    error: Option<ErrorObject>,
     #[serde(default)]
     status: u16,
     /// Whose fault the kept error was (`Fault::as_str`), so its duplicates are counted the
@@ -137,35 +143,41 @@ pub async fn claim(
 /// The answer a duplicate gets from a kept outcome.
 fn replay(bytes: &[u8]) -> Result<Value, Rejection> {
     let kept: KeptOutcome = serde_json::from_slice(bytes).map_err(|_| {
-        Rejection::internal(
+        Rejection::new(
+            RejectionKind::SingleUseCorrupt,
             "a kept single-use outcome is unreadable",
-            "single_use_corrupt",
         )
     })?;
     match (kept.result, kept.error) {
         (Some(result), _) => Ok(result),
-        (None, Some(error)) => Err(Rejection {
-            status: StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK),
-            error,
-            fault: kept
-                .fault
-                .as_deref()
-                .and_then(Fault::from_label)
-                .unwrap_or(Fault::Upstream),
-            reason: "duplicate_of_error",
-            headers: Vec::new(),
-        }),
+        (None, Some(error)) => {
+            let first = Recorded {
+                status: kept.status,
+                code: error.code,
+                fault: kept
+                    .fault
+                    .as_deref()
+                    .and_then(Fault::from_label)
+                    .unwrap_or(Fault::Upstream),
+            };
+            let rejection = Rejection::new(RejectionKind::DuplicateOfError(first), error.message);
+            Err(match error.data {
+                Some(data) => rejection.with_data(data),
+                None => rejection,
+            })
+        }
         (None, None) => Err(single_use::already_used()),
     }
 }
 
 impl Guard {
-    /// Records `outcome` for duplicates, or gives the claim back when nothing can have run
-    /// (`may_have_run` false). `client_left`: the client went away during the call, which
-    /// was finished anyway (counted).
+    /// Records `outcome` for duplicates (an error as `render` answers it), or gives the claim
+    /// back when nothing can have run (`may_have_run` false). `client_left`: the client went
+    /// away during the call, which was finished anyway (counted).
     pub async fn settle(
         self,
         outcome: &Result<Value, Rejection>,
+        render: Render,
         may_have_run: bool,
         client_left: bool,
     ) {
@@ -182,25 +194,33 @@ impl Guard {
                  outcome kept for the next presentation of the state"
             );
         }
-        let kept = match outcome {
-            Ok(result) => KeptOutcome {
-                result: Some(result.clone()),
-                error: None,
-                status: 200,
-                fault: None,
-            },
-            Err(rej) => KeptOutcome {
-                result: None,
-                error: Some(rej.error.clone()),
-                status: rej.status.as_u16(),
-                fault: Some(rej.fault.as_str().to_owned()),
-            },
-        };
-        let bytes = serde_json::to_vec(&kept).expect("outcomes serialize");
+        let bytes = kept(outcome, render);
         self.store
             .complete_eventually(&self.id, &self.owner, Some(bytes), self.until)
             .await;
     }
+}
+
+/// What is kept of `outcome` for duplicates: the result, or the error as `render` answers it.
+fn kept(outcome: &Result<Value, Rejection>, render: Render) -> Vec<u8> {
+    let kept = match outcome {
+        Ok(result) => KeptOutcome {
+            result: Some(result.clone()),
+            error: None,
+            status: 200,
+            fault: None,
+        },
+        Err(rej) => {
+            let (status, error) = render(rej);
+            KeptOutcome {
+                result: None,
+                error: Some(error),
+                status: status.as_u16(),
+                fault: Some(rej.fault().as_str().to_owned()),
+            }
+        }
+    };
+    serde_json::to_vec(&kept).expect("outcomes serialize")
 }
 
 #[cfg(test)]
@@ -225,18 +245,38 @@ mod tests {
     fn kept_errors_replay_with_their_status_and_fault() {
         let kept = serde_json::to_vec(&KeptOutcome {
             result: None,
-            error: Some(mrtr_wire::jsonrpc::ErrorObject::new(-32602, "too big")),
+            error: Some(ErrorObject::new(-32602, "too big")),
             status: 413,
             fault: Some("client".into()),
         })
         .unwrap();
         let r = replay(&kept).unwrap_err();
-        assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
-        assert_eq!(r.fault, Fault::Client);
-        assert_eq!(r.reason, "duplicate_of_error");
+        let answer = crate::front::error_map::answer(&r);
+        assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(answer.error, ErrorObject::new(-32602, "too big"));
+        assert_eq!(r.fault(), Fault::Client);
+        assert_eq!(r.reason(), "duplicate_of_error");
         // Kept before the fault was recorded: upstream, as it used to be.
         let old = br#"{"error":{"code":-32603,"message":"x"},"status":502}"#;
-        assert_eq!(replay(old).unwrap_err().fault, Fault::Upstream);
+        assert_eq!(replay(old).unwrap_err().fault(), Fault::Upstream);
         assert!(replay(b"not json").is_err());
+    }
+
+    #[test]
+    fn a_duplicate_is_answered_as_the_first_presentation_was() {
+        let render: Render = crate::front::error_map::status_and_error;
+        for first in [
+            Rejection::new(RejectionKind::StateTooLarge, "questions too large")
+                .with_data(serde_json::json!({"maxBytes": 10})),
+            Rejection::new(RejectionKind::LegacyError(-32601), "no such method"),
+            Rejection::new(RejectionKind::InputResponseTooLarge, "answer too large"),
+        ] {
+            let again = replay(&kept(&Err(first.clone()), render)).unwrap_err();
+            assert_eq!(render(&again), render(&first), "{first:?}");
+            assert_eq!(again.fault(), first.fault(), "{first:?}");
+            assert_eq!(again.reason(), "duplicate_of_error");
+        }
+        let result = serde_json::json!({"content": []});
+        assert_eq!(replay(&kept(&Ok(result.clone()), render)).unwrap(), result);
     }
 }

@@ -21,12 +21,11 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use http::StatusCode;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::answers::AnswerBook;
-use super::at_most_once::{self, Claimed};
+use super::at_most_once::{self, Claimed, Render};
 use super::deps::Engine;
 use super::input_key::KeyMinter;
 use super::origin;
@@ -35,13 +34,12 @@ use super::run::{Captured, Mode, Question, Run, Start};
 use super::state_size;
 use super::url_required;
 use crate::config::{CacheHint, ParkPolicy};
-use crate::error::{Fault, Rejection};
+use crate::error::{Rejection, RejectionKind};
 use crate::metrics::method_label;
 use crate::single_use::Policy as SingleUsePolicy;
 use crate::state::{ParkRef, Pending, StateError, StatePayload};
 use crate::translate;
 use mrtr_wire::capabilities::Declared;
-use mrtr_wire::jsonrpc::codes;
 use mrtr_wire::protocol::methods::{Route, route};
 
 pub use super::run::{Call, Sink};
@@ -79,7 +77,7 @@ fn open_prior(
                 .with_label_values(&[e.reason()])
                 .inc();
             tracing::warn!(reason = e.reason(), method = %call.method, "refused a requestState");
-            Err(Rejection::bad_state(e.reason()))
+            Err(Rejection::bad_state(e.kind()))
         }
     }
 }
@@ -88,33 +86,32 @@ fn input_responses(params: &Value) -> Result<Map<String, Value>, Rejection> {
     match params.get("inputResponses") {
         None | Some(Value::Null) => Ok(Map::new()),
         Some(Value::Object(m)) => Ok(m.clone()),
-        Some(_) => Err(Rejection::invalid_params(
+        Some(_) => Err(Rejection::new(
+            RejectionKind::BadInputResponse,
             "inputResponses must be an object keyed like inputRequests",
-            "bad_input_response",
         )),
     }
 }
 
 fn park_only_lost(call: &Call) -> Rejection {
     Rejection::new(
-        StatusCode::GONE,
-        codes::INTERNAL_ERROR,
+        RejectionKind::ParkOnlyLost,
         format!(
             "{} is park-only (it must not run twice), and its parked call is gone: it expired, \
              was evicted, or is held by another replica. Nothing was re-executed; start the call again.",
             call.describe()
         ),
-        Fault::Client,
-        "park_only_lost",
     )
 }
 
-/// Serves `tools/call`, `prompts/get` or `resources/read`.
+/// Serves `tools/call`, `prompts/get` or `resources/read`. `render` is how the front answers an
+/// error: a claimed retry keeps its outcome in that form for its duplicates.
 pub async fn serve_mrtr(
     gw: &Engine,
     call: &Call,
     sink: &Sink,
     cancel: &CancellationToken,
+    render: Render,
 ) -> Result<Value, Rejection> {
     let now = gw.clock.now_secs();
     let cfg = gw.config();
@@ -163,7 +160,7 @@ pub async fn serve_mrtr(
     .await;
     if let Some(guard) = claim {
         guard
-            .settle(&outcome, may_have_run, cancel.is_cancelled())
+            .settle(&outcome, render, may_have_run, cancel.is_cancelled())
             .await;
     }
     outcome
@@ -261,7 +258,7 @@ async fn execute(
     let waiting = match run.answer_waiting(waiting, answers).await {
         Ok(w) => w,
         Err(rej) => {
-            run.abandon(rej.reason).await;
+            run.abandon(rej.reason()).await;
             return Err(rej);
         }
     };
@@ -287,7 +284,7 @@ async fn execute(
     // ended the call; there is nothing to park).
     let (questions, parkable) = match captured {
         Err(rej) => {
-            run.abandon(rej.reason).await;
+            run.abandon(rej.reason()).await;
             return Err(rej);
         }
         Ok(Captured::Final(msg)) if url_required::url_elicitations(&msg).is_some() => {
@@ -406,12 +403,12 @@ fn max_rounds(gw: &Engine, call: &Call, limit: u32) -> Rejection {
         .max_rounds_exceeded
         .with_label_values(&[method_label(&call.method)])
         .inc();
-    Rejection::upstream(
+    Rejection::new(
+        RejectionKind::MaxRounds,
         format!(
             "{} asked for input in more than {limit} rounds (state.max_rounds); the legacy server does not converge, often because its questions change on every execution",
             call.describe(),
         ),
-        "max_rounds",
     )
 }
 
@@ -519,7 +516,7 @@ pub async fn serve_forward(
         }
         Ok(Captured::NeedInput(_)) => unreachable!("forward mode collects no questions"),
         Err(rej) => {
-            run.abandon(rej.reason).await;
+            run.abandon(rej.reason()).await;
             Err(rej)
         }
     }
@@ -558,30 +555,23 @@ fn final_result(
         return Ok(result);
     }
     let err = msg.get("error").cloned().unwrap_or_else(|| json!({}));
-    let mapped = translate::map_legacy_error(&err, &call.params);
-    let status = if mapped.code == codes::METHOD_NOT_FOUND {
-        StatusCode::NOT_FOUND
-    } else {
-        StatusCode::OK
-    };
-    Err(Rejection {
-        status,
-        fault: translate::legacy_error_fault(&mapped),
-        error: mapped,
-        reason: "legacy_error",
-        headers: Vec::new(),
-    })
+    Err(translate::legacy_error(
+        &err,
+        &call.params,
+        RejectionKind::LegacyError,
+    ))
 }
 
-/// Dispatches a routed method to its server.
+/// Dispatches a routed method to its server (`render`: see [`serve_mrtr`]).
 pub async fn serve(
     gw: &Engine,
     call: &Call,
     sink: &Sink,
     cancel: &CancellationToken,
+    render: Render,
 ) -> Result<Value, Rejection> {
     match route(&call.method) {
-        Route::Mrtr => serve_mrtr(gw, call, sink, cancel).await,
+        Route::Mrtr => serve_mrtr(gw, call, sink, cancel, render).await,
         Route::Forward => serve_forward(gw, call, sink, cancel).await,
         _ => Err(Rejection::method_not_found(&call.method)),
     }

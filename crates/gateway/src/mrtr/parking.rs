@@ -23,12 +23,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use http::header;
-
 use super::input_key::KeyMinter;
 use super::run::Question;
 use crate::caller_scope::Caller;
-use crate::error::Rejection;
+use crate::error::{Rejection, RejectionKind};
 use crate::legacy::session::{Inbound, LegacySession, StreamTag};
 
 /// What a parked call needs to resume.
@@ -115,32 +113,31 @@ impl ParkRefusal {
     }
 
     /// The answer to a `park-only` call that could not be parked (`what` names the call):
-    /// 429 for the caller's own quota, 503 when the gateway is full.
+    /// the caller's own quota, or the gateway full.
     pub fn park_only_rejection(self, what: &str) -> Rejection {
-        let rejection = match self {
-            ParkRefusal::Full => Rejection::unavailable(
+        match self {
+            ParkRefusal::Full => Rejection::new(
+                RejectionKind::ParkingFull,
                 format!(
                     "{what} is park-only and the parking lot is full (parking.max_calls); \
                      the call was cancelled rather than left to re-execute on retry"
                 ),
-                "parking_full",
             ),
-            ParkRefusal::PrincipalQuota => Rejection::caller_quota(
+            ParkRefusal::PrincipalQuota => Rejection::new(
+                RejectionKind::ParkingQuota,
                 format!(
                     "{what} is park-only and you already hold parking.max_per_principal parked calls; \
                      the call was cancelled rather than left to re-execute on retry: finish or abandon one first"
                 ),
-                "parking_quota",
             ),
-            ParkRefusal::StdioReserve => Rejection::unavailable(
+            ParkRefusal::StdioReserve => Rejection::new(
+                RejectionKind::ParkingFull,
                 format!(
                     "{what} is park-only and parking it would take one of the stdio children kept for fresh calls \
                      (parking.stdio_reserved_children); the call was cancelled rather than left to re-execute on retry"
                 ),
-                "parking_full",
             ),
-        };
-        rejection.with_header(header::RETRY_AFTER, "1")
+        }
     }
 }
 

@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use http::StatusCode;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio::time::sleep_until;
@@ -22,7 +21,7 @@ use super::input_request::{kind_of, missing_capability, to_input_request};
 use super::parking::{ParkedCall, Resumed};
 use super::shape::shape;
 use crate::caller_scope::CallerScope;
-use crate::error::{Fault, Rejection};
+use crate::error::{Rejection, RejectionKind};
 use crate::legacy::http::HttpError;
 use crate::legacy::pool::{Lease, PoolKey};
 use crate::legacy::roots_refresh::{self, Observed};
@@ -264,22 +263,19 @@ fn legacy_params(params: &Value) -> Value {
 }
 
 fn call_timeout(call: &Call) -> Rejection {
-    Rejection::upstream_timeout(
+    Rejection::new(
+        RejectionKind::CallTimeout,
         format!(
             "the legacy server did not finish {} within upstream.call_timeout",
             call.method
         ),
-        "call_timeout",
     )
 }
 
 fn client_gone() -> Rejection {
     Rejection::new(
-        StatusCode::BAD_REQUEST,
-        codes::INTERNAL_ERROR,
+        RejectionKind::ClientCancelled,
         "the client closed the request",
-        Fault::Client,
-        "client_cancelled",
     )
 }
 
@@ -378,9 +374,9 @@ impl<'g> Run<'g> {
                 }
                 Err(Refresh::Stale) => {
                     run.close().await;
-                    return Err(not_sent(Rejection::upstream(
+                    return Err(not_sent(Rejection::new(
+                        RejectionKind::UpstreamProtocolError,
                         "a fresh legacy session still needed its roots refreshed",
-                        "upstream_protocol_error",
                     )));
                 }
             }
@@ -411,9 +407,9 @@ impl<'g> Run<'g> {
                 }
             }
         }
-        Err(not_sent(Rejection::upstream(
+        Err(not_sent(Rejection::new(
+            RejectionKind::UpstreamSessionExpired,
             "the legacy server expired two fresh sessions in a row",
-            "upstream_session_expired",
         )))
     }
 
@@ -665,7 +661,7 @@ impl<'g> Run<'g> {
                 _ = cancel.cancelled() => return Err(client_gone()),
                 item = self.next_item() => {
                     let Some(item) = item else {
-                        return Err(Rejection::upstream("the legacy session ended unexpectedly", "upstream_stream_broken"));
+                        return Err(Rejection::new(RejectionKind::UpstreamStreamBroken, "the legacy session ended unexpectedly"));
                     };
                     match item {
                         Inbound::Message(_, msg) => match jsonrpc::classify(&msg) {
@@ -705,9 +701,9 @@ impl<'g> Run<'g> {
                         Inbound::Ended { stream: StreamTag::Call(id), error } if id == self.call_id => {
                             // How it ended (stderr, exit status) is for the log only.
                             return Err(crate::upstream_error::concealed(
-                                Rejection::upstream(
+                                Rejection::new(
+                                    RejectionKind::UpstreamStreamBroken,
                                     format!("the upstream MCP server ended the {} stream without a response", call.method),
-                                    "upstream_stream_broken",
                                 ),
                                 error.as_deref().unwrap_or("no error reported"),
                             ));

@@ -5,20 +5,18 @@
 //! elsewhere can answer the legacy server again) and the keys and shapes of the questions the
 //! legacy server just asked. When the sealed token would be larger than `state.max_bytes`:
 //! - if the same state **without the answers** would fit, the client's answers are what does
-//!   not fit: HTTP 413, JSON-RPC -32602 naming the limit and the largest answer's key, fault
-//!   `client` (reason `input_response_too_large`). The client can answer with less data; the
-//!   operator can raise `state.max_bytes` (and `listen.max_body_bytes` with it).
-//! - otherwise the legacy server's questions alone are too large: HTTP 502, fault `upstream`
-//!   (reason `state_too_large`).
+//!   not fit: kind `input_response_too_large` (HTTP 413, JSON-RPC -32602, fault `client`),
+//!   with data naming the limit and the largest answer's key. The client can answer with less
+//!   data; the operator can raise `state.max_bytes` (and `listen.max_body_bytes` with it).
+//! - otherwise the legacy server's questions alone are too large: kind `state_too_large`
+//!   (HTTP 502, fault `upstream`).
 //!
 //! Either way the call cannot continue: the legacy call is cancelled by the caller.
 
-use http::StatusCode;
 use serde_json::json;
 
-use crate::error::{Fault, Rejection};
+use crate::error::{Rejection, RejectionKind};
 use crate::state::{StateCodec, StatePayload, TooLarge};
-use mrtr_wire::jsonrpc::codes;
 
 /// The rejection for a `payload` whose sealed form is `too_large`; `what` names the call
 /// ("tool \"x\"").
@@ -40,16 +38,13 @@ pub fn rejection(
     };
     match largest {
         Some((key, answer_bytes)) if codec.seal(&without_answers).is_ok() => Rejection::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            codes::INVALID_PARAMS,
+            RejectionKind::InputResponseTooLarge,
             format!(
                 "cannot continue {what}: the answers it must carry into the next round make its \
                  requestState {size} bytes, above state.max_bytes ({limit}); the largest is \
                  inputResponses[{key:?}] ({answer_bytes} bytes of JSON). Start the call again \
                  with a shorter answer, or ask the operator to raise state.max_bytes"
             ),
-            Fault::Client,
-            "input_response_too_large",
         )
         .with_data(json!({
             "limit": "state.max_bytes",
@@ -58,12 +53,12 @@ pub fn rejection(
             "key": key,
             "answerBytes": answer_bytes,
         })),
-        _ => Rejection::upstream(
+        _ => Rejection::new(
+            RejectionKind::StateTooLarge,
             format!(
                 "cannot continue {what}: the legacy server's questions make its requestState \
                  {size} bytes, above state.max_bytes ({limit})"
             ),
-            "state_too_large",
         )
         .with_data(json!({"limit": "state.max_bytes", "maxBytes": limit, "stateBytes": size})),
     }
@@ -73,7 +68,11 @@ pub fn rejection(
 mod tests {
     use super::*;
     use crate::config::StateKeySpec;
+    use crate::error::Fault;
+    use crate::front::error_map::answer;
     use crate::state::{InputKind, Pending};
+    use http::StatusCode;
+    use mrtr_wire::jsonrpc::codes;
     use std::time::Duration;
 
     fn codec(max_bytes: usize) -> StateCodec {
@@ -104,11 +103,12 @@ mod tests {
             .insert("elicit-big".into(), json!({"text": "x".repeat(4000)}));
         p.pnd.insert("elicit-next".into(), pending("s".into()));
         let e = c.seal(&p).unwrap_err();
-        let r = rejection(&c, "tool \"t\"", &p, e);
+        let rej = rejection(&c, "tool \"t\"", &p, e);
+        assert_eq!(rej.fault(), Fault::Client);
+        assert_eq!(rej.reason(), "input_response_too_large");
+        let r = answer(&rej);
         assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
-        assert_eq!(r.fault, Fault::Client);
         assert_eq!(r.error.code, codes::INVALID_PARAMS);
-        assert_eq!(r.reason, "input_response_too_large");
         assert!(r.error.message.contains("state.max_bytes (2048)"));
         assert!(r.error.message.contains("inputResponses[\"elicit-big\"]"));
         let data = r.error.data.unwrap();
@@ -124,8 +124,8 @@ mod tests {
         p.pnd.insert("elicit-q".into(), pending("q".repeat(3000)));
         let e = c.seal(&p).unwrap_err();
         let r = rejection(&c, "tool \"t\"", &p, e);
-        assert_eq!(r.status, StatusCode::BAD_GATEWAY);
-        assert_eq!(r.fault, Fault::Upstream);
-        assert_eq!(r.reason, "state_too_large");
+        assert_eq!(answer(&r).status, StatusCode::BAD_GATEWAY);
+        assert_eq!(r.fault(), Fault::Upstream);
+        assert_eq!(r.reason(), "state_too_large");
     }
 }

@@ -15,7 +15,7 @@ use super::input_key::KeyMinter;
 use super::input_request::{missing_capability, to_input_request};
 use super::run::{Call, Question};
 use super::shape::shape;
-use crate::error::Rejection;
+use crate::error::{Rejection, RejectionKind};
 use crate::policy::Stage;
 use crate::state::InputKind;
 use mrtr_wire::capabilities::Declared;
@@ -77,12 +77,12 @@ pub fn questions(
         if let Some(answer) = book.peek(&key)
             && answer.get("action").and_then(Value::as_str) != Some("accept")
         {
-            return Err(Rejection::invalid_params(
+            return Err(Rejection::new(
+                RejectionKind::UrlElicitationDeclined,
                 format!(
                     "{} needs the user to complete a URL step ({key}), which was declined or cancelled",
                     call.describe()
                 ),
-                "url_elicitation_declined",
             ));
         }
         out.push(Question {

@@ -5,7 +5,7 @@
 //! time a claim is made the state has been opened and authenticated, so saying *why* it cannot
 //! run leaks nothing, and the client needs to know whether to wait or to start over.
 //!
-//! Status and code choices:
+//! How the front's table answers them, and why:
 //! - **Retry in progress → HTTP 409, JSON-RPC -32603, `Retry-After: 1`.** The request conflicts
 //!   with the current state of the resource (the first presentation still owns the id); 409 is
 //!   what the IETF Idempotency-Key draft prescribes for a concurrent duplicate. 429 would blame
@@ -20,33 +20,23 @@
 //!   request itself is well formed and only conflicts with what the gateway already did. The
 //!   client must start the request again without `requestState`.
 
-use http::StatusCode;
-
-use crate::error::{Fault, Rejection};
-use mrtr_wire::jsonrpc::codes;
+use crate::error::{Rejection, RejectionKind};
 
 /// Another presentation of this state is running and has not finished.
 pub fn in_progress() -> Rejection {
     Rejection::new(
-        StatusCode::CONFLICT,
-        codes::INTERNAL_ERROR,
+        RejectionKind::StateInProgress,
         "a retry with this requestState is already in progress; send it again once that one \
          has finished to receive its result",
-        Fault::Client,
-        "state_in_progress",
     )
-    .with_header(http::header::RETRY_AFTER, "1")
 }
 
 /// This state was already used and its outcome cannot be repeated.
 pub fn already_used() -> Rejection {
     Rejection::new(
-        StatusCode::CONFLICT,
-        codes::INVALID_PARAMS,
+        RejectionKind::StateAlreadyUsed,
         "this requestState has already been used and its result was not kept; send the \
          request again without requestState",
-        Fault::Client,
-        "state_already_used",
     )
 }
 
@@ -54,25 +44,26 @@ pub fn already_used() -> Rejection {
 /// (its replica went away mid-call): the call may have run, so it does not run again.
 pub fn outcome_lost() -> Rejection {
     Rejection::new(
-        StatusCode::CONFLICT,
-        codes::INVALID_PARAMS,
+        RejectionKind::StateOutcomeLost,
         "this requestState has already been used, and the outcome of that call was lost; send \
          the request again without requestState",
-        Fault::Client,
-        "state_outcome_lost",
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::front::error_map::answer;
+    use http::StatusCode;
+    use mrtr_wire::jsonrpc::codes;
 
     #[test]
     fn in_progress_asks_the_client_to_wait() {
-        let r = in_progress();
+        let rej = in_progress();
+        let r = answer(&rej);
         assert_eq!(r.status, StatusCode::CONFLICT);
         assert_eq!(r.error.code, codes::INTERNAL_ERROR);
-        assert_eq!(r.reason, "state_in_progress");
+        assert_eq!(rej.reason(), "state_in_progress");
         assert!(
             r.headers
                 .iter()
@@ -83,10 +74,11 @@ mod tests {
 
     #[test]
     fn already_used_asks_the_client_to_start_over() {
-        let r = already_used();
+        let rej = already_used();
+        let r = answer(&rej);
         assert_eq!(r.status, StatusCode::CONFLICT);
         assert_eq!(r.error.code, codes::INVALID_PARAMS);
-        assert_eq!(r.reason, "state_already_used");
+        assert_eq!(rej.reason(), "state_already_used");
         assert!(r.error.message.contains("already been used"));
         assert!(r.error.message.contains("without requestState"));
     }

@@ -9,10 +9,7 @@
 
 use std::time::Duration;
 
-use http::StatusCode;
-
-use crate::error::{Fault, Rejection};
-use mrtr_wire::jsonrpc::codes;
+use crate::error::{Rejection, RejectionKind};
 
 /// A single-use store failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,53 +59,30 @@ impl StoreError {
     }
 }
 
-/// Whole seconds for `Retry-After`, never 0.
-fn retry_after_secs(d: Duration) -> u64 {
-    (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
-}
-
 impl From<StoreError> for Rejection {
     fn from(e: StoreError) -> Rejection {
         match e {
             StoreError::Full { retry_after } => Rejection::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                codes::INTERNAL_ERROR,
+                RejectionKind::SingleUseFull { retry_after },
                 "the gateway's replay guard is at capacity, so the call was refused without \
                  running it; retry later",
-                Fault::Internal,
-                "single_use_full",
-            )
-            .with_header(
-                http::header::RETRY_AFTER,
-                retry_after_secs(retry_after).to_string(),
             ),
             StoreError::PrincipalQuota { limit, retry_after } => Rejection::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                codes::INTERNAL_ERROR,
+                RejectionKind::SingleUsePrincipalQuota { retry_after },
                 format!(
                     "this caller already holds {limit} retries in the gateway's replay guard \
                      (single_use.max_entries_per_principal); nothing was run. Retry later, \
                      once earlier ones have expired"
                 ),
-                Fault::Client,
-                "single_use_principal_quota",
-            )
-            .with_header(
-                http::header::RETRY_AFTER,
-                retry_after_secs(retry_after).to_string(),
             ),
             StoreError::Unavailable(_) | StoreError::Timeout(_) => Rejection::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                codes::INTERNAL_ERROR,
+                RejectionKind::SingleUseUnavailable,
                 "the gateway's replay guard is unavailable, so the call was refused without \
                  running it rather than risk running it twice; retry later",
-                Fault::Internal,
-                "single_use_unavailable",
-            )
-            .with_header(http::header::RETRY_AFTER, "1"),
-            StoreError::InvalidId => Rejection::internal(
+            ),
+            StoreError::InvalidId => Rejection::new(
+                RejectionKind::SingleUseInvalidId,
                 "the gateway could not check whether this requestState was already used",
-                "single_use_invalid_id",
             ),
         }
     }
@@ -117,43 +91,49 @@ impl From<StoreError> for Rejection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Fault;
+    use crate::front::error_map::{Answer, answer};
+    use http::StatusCode;
+    use mrtr_wire::jsonrpc::codes;
 
-    fn retry_after(r: &Rejection) -> Option<&str> {
-        r.headers
+    fn retry_after(a: &Answer) -> Option<&str> {
+        a.headers
             .iter()
             .find(|(n, _)| n == http::header::RETRY_AFTER)
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v.to_str().unwrap())
     }
 
     #[test]
     fn full_is_503_with_retry_after() {
-        let r = Rejection::from(StoreError::Full {
+        let rej = Rejection::from(StoreError::Full {
             retry_after: Duration::from_millis(4500),
         });
+        let r = answer(&rej);
         assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(r.reason, "single_use_full");
-        assert_eq!(r.fault, Fault::Internal);
+        assert_eq!(rej.reason(), "single_use_full");
+        assert_eq!(rej.fault(), Fault::Internal);
         assert_eq!(r.error.code, codes::INTERNAL_ERROR);
         assert_eq!(retry_after(&r), Some("5"));
-        let r = Rejection::from(StoreError::Full {
+        let r = answer(&Rejection::from(StoreError::Full {
             retry_after: Duration::from_millis(10),
-        });
+        }));
         assert_eq!(retry_after(&r), Some("1"));
-        let r = Rejection::from(StoreError::Full {
+        let r = answer(&Rejection::from(StoreError::Full {
             retry_after: Duration::from_secs(3),
-        });
+        }));
         assert_eq!(retry_after(&r), Some("3"));
     }
 
     #[test]
     fn a_principal_over_its_quota_is_a_429_and_its_own_fault() {
-        let r = Rejection::from(StoreError::PrincipalQuota {
+        let rej = Rejection::from(StoreError::PrincipalQuota {
             limit: 7,
             retry_after: Duration::from_millis(1500),
         });
+        let r = answer(&rej);
         assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(r.fault, Fault::Client);
-        assert_eq!(r.reason, "single_use_principal_quota");
+        assert_eq!(rej.fault(), Fault::Client);
+        assert_eq!(rej.reason(), "single_use_principal_quota");
         assert!(r.error.message.contains("max_entries_per_principal"));
         assert!(r.error.message.contains("7"));
         assert_eq!(retry_after(&r), Some("2"));
@@ -165,9 +145,10 @@ mod tests {
             StoreError::Unavailable("connection refused".into()),
             StoreError::Timeout(Duration::from_millis(500)),
         ] {
-            let r = Rejection::from(e);
+            let rej = Rejection::from(e);
+            let r = answer(&rej);
             assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
-            assert_eq!(r.reason, "single_use_unavailable");
+            assert_eq!(rej.reason(), "single_use_unavailable");
             assert!(r.error.message.contains("replay guard is unavailable"));
             assert!(r.error.message.contains("refused"));
             // The operator detail (addresses, Redis errors) stays out of the client's view.

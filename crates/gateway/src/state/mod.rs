@@ -17,6 +17,8 @@ pub use payload::{InputKind, ParkRef, Pending, StatePayload};
 pub use seal::OpenError;
 pub use session_ticket::SessionTicket;
 
+use crate::error::RejectionKind;
+
 /// Why a presented state was refused (logs and metrics only; clients see one message).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateError {
@@ -34,15 +36,20 @@ pub enum StateError {
 }
 
 impl StateError {
-    pub fn reason(self) -> &'static str {
+    /// The failure class (the client is told the same for every one).
+    pub fn kind(self) -> RejectionKind {
         match self {
-            StateError::Open(e) => e.reason(),
-            StateError::BadPayload => "state_bad_payload",
-            StateError::Expired => "state_expired",
-            StateError::WrongOrigin => "state_wrong_origin",
-            StateError::WrongPrincipal => "state_wrong_principal",
-            StateError::NotAString => "state_not_a_string",
+            StateError::Open(e) => e.kind(),
+            StateError::BadPayload => RejectionKind::StateBadPayload,
+            StateError::Expired => RejectionKind::StateExpired,
+            StateError::WrongOrigin => RejectionKind::StateWrongOrigin,
+            StateError::WrongPrincipal => RejectionKind::StateWrongPrincipal,
+            StateError::NotAString => RejectionKind::StateNotAString,
         }
+    }
+
+    pub fn reason(self) -> &'static str {
+        self.kind().reason()
     }
 }
 

@@ -27,6 +27,7 @@ use xaes_256_gcm::aead::{Aead, Payload};
 
 use super::key_ring::KeyRing;
 use super::key_ring::valid_key_id;
+use crate::error::RejectionKind;
 
 pub const VERSION: &str = "m1";
 const NONCE_LEN: usize = 24;
@@ -66,13 +67,18 @@ pub enum OpenError {
 }
 
 impl OpenError {
-    pub fn reason(self) -> &'static str {
+    /// The failure class of a state that does not open.
+    pub fn kind(self) -> RejectionKind {
         match self {
-            OpenError::Oversize => "state_oversize",
-            OpenError::Malformed => "state_malformed",
-            OpenError::UnknownKey => "state_unknown_key",
-            OpenError::AuthFailed => "state_auth_failed",
+            OpenError::Oversize => RejectionKind::StateOversize,
+            OpenError::Malformed => RejectionKind::StateMalformed,
+            OpenError::UnknownKey => RejectionKind::StateUnknownKey,
+            OpenError::AuthFailed => RejectionKind::StateAuthFailed,
         }
+    }
+
+    pub fn reason(self) -> &'static str {
+        self.kind().reason()
     }
 }
 
