@@ -25,31 +25,31 @@ use mrtr_wire::capabilities::Declared;
 /// The `InitializeResult` of a session of `scope` declaring `declared`, opened with
 /// `headers` (credentials, trace context) if none is warm.
 pub async fn caller_init(
-    gw: &Engine,
+    engine: &Engine,
     scope: &CallerScope,
     declared: &Declared,
     headers: HeaderMap,
 ) -> Result<Value, Rejection> {
     let key = PoolKey::new(scope, declared);
-    let lease = gw.sessions.checkout(&key, declared, headers).await?;
+    let lease = engine.sessions.checkout(&key, declared, headers).await?;
     let init = lease.session.init_result().clone();
-    gw.sessions.give_back(key, lease).await;
+    engine.sessions.give_back(key, lease).await;
     Ok(init)
 }
 
 /// The `server/discover` result for one caller. `listen_supported`: whether listen streams can
 /// deliver what the server's `listChanged` / `subscribe` flags promise.
 pub async fn serve(
-    gw: &Engine,
+    engine: &Engine,
     scope: &CallerScope,
     declared: &Declared,
     headers: HeaderMap,
     listen_supported: bool,
 ) -> Result<Value, Rejection> {
-    let init = caller_init(gw, scope, declared, headers).await?;
+    let init = caller_init(engine, scope, declared, headers).await?;
     let hint = translate::scoped_hint(
-        gw.config().caching.discover,
-        gw.auth().answers_depend_on_caller(),
+        engine.config().caching.discover,
+        engine.auth().answers_depend_on_caller(),
     );
     Ok(translate::discover(&init, hint, listen_supported))
 }

@@ -37,9 +37,10 @@ impl Drop for RequestSlot {
 
 /// A slot for a request that is now known to be real, or 503 + `Retry-After` when
 /// `listen.max_concurrent_requests` are being served (the gateway is full, not this caller).
-pub fn take_slot(gw: &Front) -> Result<RequestSlot, Rejection> {
-    let Some(permit) = gw.try_request_slot() else {
-        gw.metrics
+pub fn take_slot(front: &Front) -> Result<RequestSlot, Rejection> {
+    let Some(permit) = front.try_request_slot() else {
+        front
+            .metrics
             .limit_hits
             .with_label_values(&["max_concurrent_requests"])
             .inc();
@@ -47,14 +48,14 @@ pub fn take_slot(gw: &Front) -> Result<RequestSlot, Rejection> {
             RejectionKind::Overloaded,
             format!(
                 "the gateway is serving its limit of {} requests (listen.max_concurrent_requests); retry shortly",
-                gw.config().listen.max_concurrent_requests
+                front.config().listen.max_concurrent_requests
             ),
         ));
     };
-    gw.metrics.active_requests.inc();
+    front.metrics.active_requests.inc();
     Ok(RequestSlot {
         _permit: permit,
-        gauge: gw.metrics.active_requests.clone(),
+        gauge: front.metrics.active_requests.clone(),
     })
 }
 

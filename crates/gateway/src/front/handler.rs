@@ -28,14 +28,15 @@ use mrtr_wire::protocol::methods::{Route, route};
 
 /// Counts the outcome and writes the one access-log line of the request (inside its span,
 /// which carries the request id and instance id). Never logs payloads, states or answers.
-fn record(gw: &Front, method: &str, outcome: &Result<Value, Rejection>) {
+fn record(front: &Front, method: &str, outcome: &Result<Value, Rejection>) {
     let kind = match outcome {
         Ok(r) if r.get("resultType").and_then(Value::as_str) == Some("input_required") => {
             "input_required"
         }
         Ok(_) => "complete",
         Err(rej) => {
-            gw.metrics
+            front
+                .metrics
                 .rejections
                 .with_label_values(&[rej.reason(), rej.fault().as_str()])
                 .inc();
@@ -61,15 +62,16 @@ fn record(gw: &Front, method: &str, outcome: &Result<Value, Rejection>) {
             "request done"
         ),
     }
-    gw.metrics
+    front
+        .metrics
         .requests
         .with_label_values(&[method_label(method), kind])
         .inc();
 }
 
-fn refuse(gw: &Front, method: &str, id: Option<&Value>, rej: Rejection) -> Response<Body> {
+fn refuse(front: &Front, method: &str, id: Option<&Value>, rej: Rejection) -> Response<Body> {
     let response = respond::rejection(id, &rej);
-    record(gw, method, &Err(rej));
+    record(front, method, &Err(rej));
     response
 }
 
@@ -96,19 +98,19 @@ fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
 
 /// Serves one HTTP request on the gateway's listener.
 pub async fn handle(
-    gw: Arc<Front>,
+    front: Arc<Front>,
     req: Request<hyper::body::Incoming>,
     conn: &ConnInfo,
 ) -> Response<Body> {
-    let cfg = gw.config();
+    let cfg = front.config();
     let request_id = crate::request_id::RequestId::new();
     let span = tracing::info_span!(
         "request",
         request_id = %request_id,
-        instance_id = %gw.instance_id,
+        instance_id = %front.instance_id,
     );
     request_id
-        .scope(handle_inner(gw, req, conn, &cfg, span.clone()).instrument(span))
+        .scope(handle_inner(front, req, conn, &cfg, span.clone()).instrument(span))
         .await
 }
 
@@ -116,7 +118,7 @@ pub async fn handle(
 /// here costs the gateway no request slot, so a client that stalls or is refused cannot take
 /// one from the others.
 async fn handle_inner(
-    gw: Arc<Front>,
+    front: Arc<Front>,
     req: Request<hyper::body::Incoming>,
     conn: &ConnInfo,
     cfg: &Config,
@@ -132,7 +134,7 @@ async fn handle_inner(
                 RejectionKind::OriginForbidden,
                 "this Origin is not allowed (listen.allowed_origins)",
             );
-            return refuse(&gw, "other", None, rej);
+            return refuse(&front, "other", None, rej);
         }
     }
 
@@ -144,18 +146,18 @@ async fn handle_inner(
             RejectionKind::WrongPath,
             format!("no MCP endpoint here; it is at {}", cfg.listen.path),
         );
-        return refuse(&gw, "other", None, rej);
+        return refuse(&front, "other", None, rej);
     }
     let bodyless_session = matches!(*req.method(), Method::GET | Method::DELETE)
         && req.headers().contains_key(SESSION_HEADER);
     if req.method() != Method::POST && !bodyless_session {
-        return refuse(&gw, "other", None, method_not_allowed());
+        return refuse(&front, "other", None, method_not_allowed());
     }
 
     // Phase 2: who is calling, from the headers alone: every request is authenticated on its
     // own (there is no session), before its body is read or a slot is taken, so an
     // unauthenticated caller holds nothing and learns nothing more.
-    let auth = gw.auth();
+    let auth = front.auth();
     let principal = match auth
         .authenticate(AuthRequest {
             headers: req.headers(),
@@ -165,7 +167,7 @@ async fn handle_inner(
         .await
     {
         Ok(p) => p,
-        Err(e) => return refuse(&gw, "other", None, e.into()),
+        Err(e) => return refuse(&front, "other", None, e.into()),
     };
     let caller = Caller::of(
         principal.as_str(),
@@ -183,28 +185,28 @@ async fn handle_inner(
             body,
             cfg.listen.max_body_bytes,
             cfg.listen.body_read_timeout,
-            &gw.metrics.requests_reading_body,
+            &front.metrics.requests_reading_body,
         )
         .await
         {
             Ok(b) => b,
             Err(e) => {
                 if let Some(limit) = e.limit() {
-                    gw.metrics.limit_hits.with_label_values(&[limit]).inc();
+                    front.metrics.limit_hits.with_label_values(&[limit]).inc();
                 }
                 if e.closes_connection() {
                     conn.close.cancel();
                 }
-                return refuse(&gw, "other", None, e.into());
+                return refuse(&front, "other", None, e.into());
             }
         }
     };
 
     // Phase 4: a request slot, now that the request is real; held until the response body
     // is done (long-lived streams give it back once they start).
-    let slot = match admission::take_slot(&gw) {
+    let slot = match admission::take_slot(&front) {
         Ok(slot) => slot,
-        Err(rej) => return refuse(&gw, "other", None, rej),
+        Err(rej) => return refuse(&front, "other", None, rej),
     };
     let request = Admitted {
         parts,
@@ -214,9 +216,9 @@ async fn handle_inner(
         auth,
     };
     let response = if bodyless_session {
-        serve_bodyless_session(&gw, request).await
+        serve_bodyless_session(&front, request).await
     } else {
-        serve(gw, request, span).await
+        serve(front, request, span).await
     };
     admission::hold_until_done(response, slot)
 }
@@ -239,12 +241,12 @@ struct Admitted {
 
 /// Hook (dual-era front): a legacy client's GET stream or DELETE on a session this gateway
 /// sealed is passed through; any other GET or DELETE is still 405.
-async fn serve_bodyless_session(gw: &Front, r: Admitted) -> Response<Body> {
-    if !legacy_passthrough::is_session_bodyless(gw, &r.parts.method, &r.parts.headers) {
-        return refuse(gw, "other", None, method_not_allowed());
+async fn serve_bodyless_session(front: &Front, r: Admitted) -> Response<Body> {
+    if !legacy_passthrough::is_session_bodyless(front, &r.parts.method, &r.parts.headers) {
+        return refuse(front, "other", None, method_not_allowed());
     }
     match legacy_passthrough::serve_session(
-        gw,
+        front,
         r.parts.method,
         &r.parts.headers,
         None,
@@ -254,13 +256,13 @@ async fn serve_bodyless_session(gw: &Front, r: Admitted) -> Response<Body> {
     .await
     {
         Ok(response) => response,
-        Err(rej) => refuse(gw, "other", None, rej),
+        Err(rej) => refuse(front, "other", None, rej),
     }
 }
 
 /// The request path for an admitted POST: the legacy-client hook, the JSON-RPC ladder,
 /// routing, and serving.
-async fn serve(gw: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Body> {
+async fn serve(front: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Body> {
     let Admitted {
         parts,
         bytes,
@@ -272,7 +274,7 @@ async fn serve(gw: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Bod
     // as it is, before modern parsing (it may be a notification, a batch, or an answer).
     if legacy_passthrough::is_session_post(&parts.headers) {
         return match legacy_passthrough::serve_session(
-            &gw,
+            &front,
             Method::POST,
             &parts.headers,
             Some(bytes),
@@ -282,7 +284,7 @@ async fn serve(gw: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Bod
         .await
         {
             Ok(response) => response,
-            Err(rej) => refuse(&gw, "other", None, rej),
+            Err(rej) => refuse(&front, "other", None, rej),
         };
     }
 
@@ -292,7 +294,7 @@ async fn serve(gw: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Bod
         Ok(Parsed::Notification) => return respond::empty(StatusCode::ACCEPTED),
         Err(refused) => {
             let (id, rej) = *refused;
-            return refuse(&gw, "other", id.as_ref(), rej);
+            return refuse(&front, "other", id.as_ref(), rej);
         }
     };
     // Hook (dual-era front): a legacy `initialize` selects legacy semantics; it skips the
@@ -305,10 +307,10 @@ async fn serve(gw: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Bod
             let rej = Rejection::method_not_found(&env.method).with_data(
                 serde_json::json!({"supported": mrtr_wire::protocol::SUPPORTED_VERSIONS}),
             );
-            return refuse(&gw, &env.method, Some(&env.id), rej);
+            return refuse(&front, &env.method, Some(&env.id), rej);
         }
         return match legacy_passthrough::serve_initialize(
-            &gw,
+            &front,
             &parts.headers,
             bytes,
             env.params.as_ref(),
@@ -317,15 +319,15 @@ async fn serve(gw: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Bod
         .await
         {
             Ok(response) => {
-                record(&gw, &env.method, &Ok(Value::Null));
+                record(&front, &env.method, &Ok(Value::Null));
                 response
             }
-            Err(rej) => refuse(&gw, &env.method, Some(&env.id), rej),
+            Err(rej) => refuse(&front, &env.method, Some(&env.id), rej),
         };
     }
     let meta = match ingress::validate(&parts.headers, &env) {
         Ok(m) => m,
-        Err(rej) => return refuse(&gw, &env.method, Some(&env.id), rej),
+        Err(rej) => return refuse(&front, &env.method, Some(&env.id), rej),
     };
 
     // Phase 6: routing. Removed and unknown methods are "not found" here; a method the legacy
@@ -335,7 +337,7 @@ async fn serve(gw: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Bod
     let r = route(&env.method);
     if r == Route::NotFound {
         return refuse(
-            &gw,
+            &front,
             &env.method,
             Some(&env.id),
             Rejection::method_not_found(&env.method),
@@ -346,7 +348,7 @@ async fn serve(gw: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Bod
         // Hook (subscriptions/listen): a long-lived stream with a legacy session of its own.
         let params = env.params.clone().unwrap_or(Value::Null);
         return match listen::serve(
-            &gw,
+            &front,
             &caller,
             &env.id,
             &params,
@@ -357,20 +359,20 @@ async fn serve(gw: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Bod
         .await
         {
             Ok(response) => {
-                record(&gw, &env.method, &Ok(Value::Null));
+                record(&front, &env.method, &Ok(Value::Null));
                 response
             }
-            Err(rej) => refuse(&gw, &env.method, Some(&env.id), rej),
+            Err(rej) => refuse(&front, &env.method, Some(&env.id), rej),
         };
     }
     if r == Route::Discover {
         // The caller's own view: its session's InitializeResult, never another caller's.
         let outcome = crate::discover::serve(
-            &gw.engine,
+            &front.engine,
             &scope,
             &Declared::from_modern(&meta.client_capabilities),
             upstream_headers(&parts.headers, env.params.as_ref(), &auth),
-            listen::supported(&gw.sessions.upstream()),
+            listen::supported(&front.sessions.upstream()),
         )
         .await;
         return match outcome {
@@ -379,10 +381,10 @@ async fn serve(gw: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Bod
                     StatusCode::OK,
                     &mrtr_wire::jsonrpc::result_response(&env.id, result.clone()),
                 );
-                record(&gw, &env.method, &Ok(result));
+                record(&front, &env.method, &Ok(result));
                 response
             }
-            Err(rej) => refuse(&gw, &env.method, Some(&env.id), rej),
+            Err(rej) => refuse(&front, &env.method, Some(&env.id), rej),
         };
     }
 
@@ -401,8 +403,8 @@ async fn serve(gw: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Bod
         credential: auth.credential_key(&parts.headers),
     };
     let sse = accepts_sse(&parts.headers);
-    let gw_work = gw.engine.clone();
-    let gw_done = gw.clone();
+    let engine = front.engine.clone();
+    let front_done = front.clone();
     let method = env.method.clone();
     let work_span = span.clone();
     respond::run(
@@ -410,11 +412,11 @@ async fn serve(gw: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Bod
         sse,
         move |sink, cancel| {
             async move {
-                engine::serve(&gw_work, &call, &sink, &cancel, error_map::status_and_error).await
+                engine::serve(&engine, &call, &sink, &cancel, error_map::status_and_error).await
             }
             .instrument(work_span)
         },
-        move |outcome| span.in_scope(|| record(&gw_done, &method, outcome)),
+        move |outcome| span.in_scope(|| record(&front_done, &method, outcome)),
     )
     .await
 }

@@ -105,9 +105,9 @@ pub fn is_legacy_initialize(headers: &HeaderMap, params: Option<&Value>) -> bool
 }
 
 /// The ticket behind a request's session id, if it is one this gateway sealed.
-fn ticket_of(gw: &Front, headers: &HeaderMap) -> Option<(String, SessionTicket)> {
+fn ticket_of(front: &Front, headers: &HeaderMap) -> Option<(String, SessionTicket)> {
     let token = headers.get(SESSION_HEADER)?.to_str().ok()?;
-    match gw.codec.open_session(token) {
+    match front.codec.open_session(token) {
         Ok(t) => Some((token.to_string(), t)),
         Err(e) => {
             tracing::debug!(reason = e.reason(), "a legacy session id did not open");
@@ -118,8 +118,8 @@ fn ticket_of(gw: &Front, headers: &HeaderMap) -> Option<(String, SessionTicket)>
 
 /// Whether a GET or DELETE is on a session this gateway sealed (if not, the front answers
 /// 405 as before).
-pub fn is_session_bodyless(gw: &Front, method: &Method, headers: &HeaderMap) -> bool {
-    matches!(*method, Method::GET | Method::DELETE) && ticket_of(gw, headers).is_some()
+pub fn is_session_bodyless(front: &Front, method: &Method, headers: &HeaderMap) -> bool {
+    matches!(*method, Method::GET | Method::DELETE) && ticket_of(front, headers).is_some()
 }
 
 /// The answer to a session id that cannot be served (`kind` says why, for the operator): the
@@ -143,14 +143,14 @@ fn kind_label(method: &Method) -> &'static str {
 /// Serves a request on an existing legacy session (a POST, the GET stream, a DELETE), for a
 /// caller already authenticated as `principal`.
 pub async fn serve_session(
-    gw: &Front,
+    front: &Front,
     method: Method,
     headers: &HeaderMap,
     body: Option<Bytes>,
     principal: &str,
     caller: &Caller,
 ) -> Result<Response<Body>, Rejection> {
-    let Some((token, ticket)) = ticket_of(gw, headers) else {
+    let Some((token, ticket)) = ticket_of(front, headers) else {
         return Err(unknown_session(RejectionKind::LegacySessionUnknown));
     };
     if ticket.principal != principal {
@@ -160,14 +160,14 @@ pub async fn serve_session(
     // The standalone GET stream lives as long as the client keeps it: it counts against its
     // own cap and the caller's quota instead of a request slot.
     let place = if method == Method::GET {
-        Some(admit_get_stream(gw, caller)?)
+        Some(admit_get_stream(front, caller)?)
     } else {
         None
     };
     let kind = kind_label(&method);
-    let auth = gw.auth();
+    let auth = front.auth();
     let response = forward(
-        gw,
+        front,
         &auth,
         Forward {
             kind,
@@ -191,9 +191,9 @@ pub async fn serve_session(
 
 /// A place for one more passed-through GET stream: 503 when the replica holds
 /// `legacy_clients.max_get_streams`, 429 when this caller holds its quota.
-fn admit_get_stream(gw: &Front, caller: &Caller) -> Result<StreamPlace, Rejection> {
-    let limits = &gw.config().legacy_clients;
-    let refusal = match gw.long_lived.admit_legacy_get(
+fn admit_get_stream(front: &Front, caller: &Caller) -> Result<StreamPlace, Rejection> {
+    let limits = &front.config().legacy_clients;
+    let refusal = match front.long_lived.admit_legacy_get(
         caller,
         limits.max_get_streams,
         limits.max_get_streams_per_principal,
@@ -223,20 +223,20 @@ fn admit_get_stream(gw: &Front, caller: &Caller) -> Result<StreamPlace, Rejectio
             ),
         ),
     };
-    gw.metrics.limit_hits.with_label_values(&[label]).inc();
+    front.metrics.limit_hits.with_label_values(&[label]).inc();
     Err(rejection)
 }
 
 /// Serves a legacy `initialize` (already authenticated as `principal`); `params` are the
 /// request's, for the error a non-HTTP upstream gets.
 pub async fn serve_initialize(
-    gw: &Front,
+    front: &Front,
     headers: &HeaderMap,
     body: Bytes,
     params: Option<&Value>,
     principal: &str,
 ) -> Result<Response<Body>, Rejection> {
-    if !matches!(*gw.sessions.upstream(), Upstream::Http(_)) {
+    if !matches!(*front.sessions.upstream(), Upstream::Http(_)) {
         let requested = params
             .and_then(|p| p.get("protocolVersion"))
             .cloned()
@@ -246,14 +246,14 @@ pub async fn serve_initialize(
             format!(
                 "legacy clients are passed through only to a Streamable HTTP legacy server (upstream.transport is {:?}): \
                  a passed-through session must be addressable by id from any replica; use protocol version 2026-07-28",
-                gw.config().upstream.transport.as_str()
+                front.config().upstream.transport.as_str()
             ),
         )
         .with_data(serde_json::json!({"supported": SUPPORTED_VERSIONS, "requested": requested})));
     }
-    let auth = gw.auth();
+    let auth = front.auth();
     forward(
-        gw,
+        front,
         &auth,
         Forward {
             kind: "initialize",
@@ -279,11 +279,11 @@ struct Forward<'a> {
 }
 
 async fn forward(
-    gw: &Front,
+    front: &Front,
     auth: &Authenticator,
     f: Forward<'_>,
 ) -> Result<Response<Body>, Rejection> {
-    let upstream = gw.sessions.upstream();
+    let upstream = front.sessions.upstream();
     let Upstream::Http(http) = &*upstream else {
         // The upstream changed transport since the session began.
         return Err(unknown_session(
@@ -310,7 +310,8 @@ async fn forward(
         })?;
         out.insert(SESSION_HEADER, sid);
     }
-    gw.metrics
+    front
+        .metrics
         .legacy_passthrough
         .with_label_values(&[f.kind])
         .inc();
@@ -337,7 +338,7 @@ async fn forward(
         })?;
         let client_id = match f.session {
             Some((token, ticket)) if ticket.upstream_session == sid => token.to_string(),
-            _ => gw
+            _ => front
                 .codec
                 .seal_session(&SessionTicket {
                     upstream_session: sid.to_string(),
@@ -366,15 +367,15 @@ async fn forward(
     let ends = if get {
         // The standalone stream: until the client leaves or the gateway shuts down.
         Ends {
-            shutdown: Some(gw.long_lived.shutdown().clone()),
+            shutdown: Some(front.long_lived.shutdown().clone()),
             deadline: None,
             hits: None,
         }
     } else {
         Ends {
             shutdown: None,
-            deadline: Some(Instant::now() + gw.config().upstream.call_timeout),
-            hits: Some(gw.metrics.limit_hits.clone()),
+            deadline: Some(Instant::now() + front.config().upstream.call_timeout),
+            hits: Some(front.metrics.limit_hits.clone()),
         }
     };
     *r.body_mut() = relay(body, ends);

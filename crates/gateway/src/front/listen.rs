@@ -344,7 +344,7 @@ async fn subscribe(
 /// Serves one `subscriptions/listen` request of `scope`: an error before streaming, or the
 /// stream.
 pub async fn serve(
-    gw: &Front,
+    front: &Front,
     caller: &Caller,
     id: &Value,
     params: &Value,
@@ -352,11 +352,12 @@ pub async fn serve(
     upstream_headers: HeaderMap,
     scope: &CallerScope,
 ) -> Result<Response<Body>, Rejection> {
-    let cfg = gw.config();
+    let cfg = front.config();
     let limits = &cfg.subscriptions;
     let requested = Filter::parse(params)?;
     if requested.uris.len() > limits.max_resource_subscriptions {
-        gw.metrics
+        front
+            .metrics
             .limit_hits
             .with_label_values(&["max_resource_subscriptions"])
             .inc();
@@ -372,20 +373,21 @@ pub async fn serve(
             "subscriptions/listen answers with an SSE stream: Accept must include text/event-stream",
         ));
     }
-    if gw.long_lived.shutdown().is_cancelled() {
+    if front.long_lived.shutdown().is_cancelled() {
         return Err(Rejection::new(
             RejectionKind::ShuttingDown,
             "this gateway replica is shutting down; listen again (another replica will serve it)",
         ));
     }
-    let place = match gw.long_lived.admit_listen(
+    let place = match front.long_lived.admit_listen(
         caller,
         limits.max_streams,
         limits.max_streams_per_principal,
     ) {
         Ok(place) => place,
         Err(StreamRefusal::Full) => {
-            gw.metrics
+            front
+                .metrics
                 .limit_hits
                 .with_label_values(&["max_listen_streams"])
                 .inc();
@@ -398,7 +400,8 @@ pub async fn serve(
             ));
         }
         Err(StreamRefusal::CallerQuota) => {
-            gw.metrics
+            front
+                .metrics
                 .limit_hits
                 .with_label_values(&["max_listen_streams_per_principal"])
                 .inc();
@@ -416,14 +419,18 @@ pub async fn serve(
     let mut early = VecDeque::new();
     let server_info;
     let mut feed: Option<Feed> = None;
-    if !supported(&gw.sessions.upstream()) {
+    if !supported(&front.sessions.upstream()) {
         // No session of its own (see the module docs); the identity is still this caller's.
-        let init =
-            crate::discover::caller_init(&gw.engine, scope, &Declared::default(), upstream_headers)
-                .await?;
+        let init = crate::discover::caller_init(
+            &front.engine,
+            scope,
+            &Declared::default(),
+            upstream_headers,
+        )
+        .await?;
         server_info = translate::server_info(Some(&init));
     } else {
-        let (session, inbound) = gw
+        let (session, inbound) = front
             .sessions
             .open(&Declared::default(), upstream_headers)
             .await?;
@@ -484,8 +491,8 @@ pub async fn serve(
         pending,
         feed,
         keepalive,
-        shutdown: gw.long_lived.shutdown().clone(),
-        relayed: gw.long_lived.relayed(scope),
+        shutdown: front.long_lived.shutdown().clone(),
+        relayed: front.long_lived.relayed(scope),
         recent: VecDeque::new(),
         server_info,
         ended: false,

@@ -44,14 +44,14 @@ impl Drop for ConnGauge {
 }
 
 async fn serve_connection<I>(
-    gw: Arc<Front>,
+    front: Arc<Front>,
     io: I,
     info: Arc<ConnInfo>,
     shutdown: CancellationToken,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let cfg = gw.config();
+    let cfg = front.config();
     let policy = ConnPolicy {
         header_read_timeout: cfg.listen.header_read_timeout,
         idle_timeout: cfg.listen.idle_timeout,
@@ -59,16 +59,16 @@ async fn serve_connection<I>(
     };
     drop(cfg);
     let counter = LimitCounter {
-        hits: gw.metrics.limit_hits.clone(),
+        hits: front.metrics.limit_hits.clone(),
         header_timeout: "header_read_timeout",
         idle: "idle_timeout",
     };
     let close = info.close.clone();
-    let svc_gw = gw.clone();
+    let svc_front = front.clone();
     let handler = move |req| {
-        let gw = svc_gw.clone();
+        let front = svc_front.clone();
         let info = info.clone();
-        async move { handle(gw, req, &info).await }
+        async move { handle(front, req, &info).await }
     };
     connection::serve(io, policy, &counter, shutdown, close, handler).await;
 }
@@ -80,7 +80,7 @@ const CAP_LABELS: CapLabels = CapLabels {
 
 /// Serves `listener` until `shutdown` fires, then waits up to `drain` for open connections.
 pub async fn serve(
-    gw: Arc<Front>,
+    front: Arc<Front>,
     listener: TcpListener,
     tls: Option<Arc<TlsReloader>>,
     shutdown: CancellationToken,
@@ -91,12 +91,12 @@ pub async fn serve(
         listener,
         "mcp",
         CAP_LABELS,
-        &gw.metrics.accept_errors,
-        gw.metrics.limit_hits.clone(),
+        &front.metrics.accept_errors,
+        front.metrics.limit_hits.clone(),
     );
-    let caps_gw = gw.clone();
+    let caps_front = front.clone();
     let caps = move || {
-        let l = &caps_gw.config().listen;
+        let l = &caps_front.config().listen;
         Caps {
             total: l.max_connections,
             per_source: Some(l.max_connections_per_source),
@@ -111,11 +111,11 @@ pub async fn serve(
         let stream = accepted.stream;
         let permit = accepted.permit;
         let _ = stream.set_nodelay(true);
-        let gw = gw.clone();
+        let front = front.clone();
         let tls = tls.clone();
         let shutdown = shutdown.clone();
-        gw.metrics.active_connections.inc();
-        let gauge = ConnGauge(gw.metrics.active_connections.clone());
+        front.metrics.active_connections.inc();
+        let gauge = ConnGauge(front.metrics.active_connections.clone());
         tracker.spawn(async move {
             let _gauge = gauge;
             let _permit = permit;
@@ -126,10 +126,10 @@ pub async fn serve(
                         client_cert_der: None,
                         close: CancellationToken::new(),
                     });
-                    serve_connection(gw, stream, info, shutdown).await;
+                    serve_connection(front, stream, info, shutdown).await;
                 }
                 Some(tls) => {
-                    let limit = gw.config().listen.header_read_timeout;
+                    let limit = front.config().listen.header_read_timeout;
                     let tls_stream =
                         match tokio::time::timeout(limit, tls.acceptor().accept(stream)).await {
                             Ok(Ok(s)) => s,
@@ -138,7 +138,8 @@ pub async fn serve(
                                 return;
                             }
                             Err(_) => {
-                                gw.metrics
+                                front
+                                    .metrics
                                     .limit_hits
                                     .with_label_values(&["tls_handshake_timeout"])
                                     .inc();
@@ -156,7 +157,7 @@ pub async fn serve(
                         client_cert_der,
                         close: CancellationToken::new(),
                     });
-                    serve_connection(gw, tls_stream, info, shutdown).await;
+                    serve_connection(front, tls_stream, info, shutdown).await;
                 }
             }
         });
@@ -183,18 +184,18 @@ impl Running {
 }
 
 /// Binds `addr` and serves in the background (plain HTTP, or TLS per the configuration).
-pub async fn start(gw: Arc<Front>, addr: SocketAddr) -> std::io::Result<Running> {
-    let tls = match &gw.config().tls {
+pub async fn start(front: Arc<Front>, addr: SocketAddr) -> std::io::Result<Running> {
+    let tls = match &front.config().tls {
         Some(files) => Some(Arc::new(
             TlsReloader::load(files).map_err(std::io::Error::other)?,
         )),
         None => None,
     };
-    start_with_tls(gw, addr, tls).await
+    start_with_tls(front, addr, tls).await
 }
 
 pub async fn start_with_tls(
-    gw: Arc<Front>,
+    front: Arc<Front>,
     addr: SocketAddr,
     tls: Option<Arc<TlsReloader>>,
 ) -> std::io::Result<Running> {
@@ -202,7 +203,7 @@ pub async fn start_with_tls(
     let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(serve(
-        gw,
+        front,
         listener,
         tls,
         shutdown.clone(),

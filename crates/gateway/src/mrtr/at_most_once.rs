@@ -91,19 +91,20 @@ pub fn claim_ttl(exp: u64, skew: Duration, now: u64) -> Duration {
 
 /// Claims the state `prior` for this presentation by `caller`, or answers as a duplicate.
 pub async fn claim(
-    gw: &Engine,
+    engine: &Engine,
     caller: &Caller,
     prior: &StatePayload,
     now: u64,
 ) -> Result<Claimed, Rejection> {
-    let cfg = gw.config();
-    let ttl = claim_ttl(prior.exp, gw.codec.limits().clock_skew, now);
+    let cfg = engine.config();
+    let ttl = claim_ttl(prior.exp, engine.codec.limits().clock_skew, now);
     let until = tokio::time::Instant::now() + ttl;
-    let store = gw.single_use();
+    let store = engine.single_use();
     let owner = Owner::new(caller.as_str());
     let refused = |e: StoreError| {
         if let StoreError::PrincipalQuota { .. } = e {
-            gw.metrics
+            engine
+                .metrics
                 .limit_hits
                 .with_label_values(&["single_use_max_entries_per_principal"])
                 .inc();

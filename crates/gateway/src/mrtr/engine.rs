@@ -46,7 +46,7 @@ pub use super::run::{Call, Sink};
 
 /// Opens and checks a presented `requestState`.
 fn open_prior(
-    gw: &Engine,
+    engine: &Engine,
     call: &Call,
     origin: &str,
     now: u64,
@@ -55,7 +55,7 @@ fn open_prior(
         return Ok(None);
     };
     let result = match raw {
-        Value::String(token) => gw.codec.open(token, now).and_then(|(payload, _kid)| {
+        Value::String(token) => engine.codec.open(token, now).and_then(|(payload, _kid)| {
             if payload.org != origin {
                 Err(StateError::WrongOrigin)
             } else if payload.prn != call.principal {
@@ -68,11 +68,12 @@ fn open_prior(
     };
     match result {
         Ok(p) => {
-            gw.metrics.state_opens.with_label_values(&["ok"]).inc();
+            engine.metrics.state_opens.with_label_values(&["ok"]).inc();
             Ok(Some(p))
         }
         Err(e) => {
-            gw.metrics
+            engine
+                .metrics
                 .state_opens
                 .with_label_values(&[e.reason()])
                 .inc();
@@ -107,16 +108,16 @@ fn park_only_lost(call: &Call) -> Rejection {
 /// Serves `tools/call`, `prompts/get` or `resources/read`. `render` is how the front answers an
 /// error: a claimed retry keeps its outcome in that form for its duplicates.
 pub async fn serve_mrtr(
-    gw: &Engine,
+    engine: &Engine,
     call: &Call,
     sink: &Sink,
     cancel: &CancellationToken,
     render: Render,
 ) -> Result<Value, Rejection> {
-    let now = gw.clock.now_secs();
-    let cfg = gw.config();
+    let now = engine.clock.now_secs();
+    let cfg = engine.config();
     let origin = origin::digest(&call.method, &call.params);
-    let prior = open_prior(gw, call, &origin, now)?;
+    let prior = open_prior(engine, call, &origin, now)?;
     let responses = input_responses(&call.params)?;
     let book = AnswerBook::new(prior.as_ref(), &responses)?;
     let is_retry = prior.is_some() || !responses.is_empty();
@@ -128,7 +129,7 @@ pub async fn serve_mrtr(
             if cfg.single_use.policy_for(&call.method, call.target())
                 == SingleUsePolicy::Always =>
         {
-            match at_most_once::claim(gw, &call.caller, p, now).await? {
+            match at_most_once::claim(engine, &call.caller, p, now).await? {
                 Claimed::Owned(guard) => Some(guard),
                 Claimed::Duplicate(outcome) => return outcome,
             }
@@ -146,7 +147,7 @@ pub async fn serve_mrtr(
     };
     let mut may_have_run = false;
     let outcome = execute(
-        gw,
+        engine,
         call,
         run_sink,
         run_cancel,
@@ -169,7 +170,7 @@ pub async fn serve_mrtr(
 /// Runs (or resumes) the call and turns what the legacy server did into the modern result.
 #[allow(clippy::too_many_arguments)]
 async fn execute(
-    gw: &Engine,
+    engine: &Engine,
     call: &Call,
     sink: &Sink,
     cancel: &CancellationToken,
@@ -181,15 +182,15 @@ async fn execute(
     may_have_run: &mut bool,
 ) -> Result<Value, Rejection> {
     let started = Instant::now();
-    let cfg = gw.config();
+    let cfg = engine.config();
     let declared = Declared::from_modern(&call.meta.client_capabilities);
     let policy = cfg.parking.policy_for(&call.method, call.target());
 
     // Resume the parked call if it is here, otherwise (re)start the tool.
     let park_ref = prior.as_ref().and_then(|p| p.park.as_ref());
     let resumed = match park_ref {
-        Some(r) if r.instance == gw.instance_id => {
-            gw.parking.take(&r.handle, &call.principal).await
+        Some(r) if r.instance == engine.instance_id => {
+            engine.parking.take(&r.handle, &call.principal).await
         }
         _ => None,
     };
@@ -204,8 +205,8 @@ async fn execute(
         .unwrap_or_default();
     let (resumed, waiting, minter) = match resumed {
         Some(r) => {
-            gw.metrics.retries.with_label_values(&["parked"]).inc();
-            let (run, waiting, minter) = Run::resumed(gw, r);
+            engine.metrics.retries.with_label_values(&["parked"]).inc();
+            let (run, waiting, minter) = Run::resumed(engine, r);
             (Some(run), waiting, minter)
         }
         None => {
@@ -213,7 +214,11 @@ async fn execute(
                 return Err(park_only_lost(call));
             }
             if prior.is_some() {
-                gw.metrics.retries.with_label_values(&["replayed"]).inc();
+                engine
+                    .metrics
+                    .retries
+                    .with_label_values(&["replayed"])
+                    .inc();
             }
             (None, Vec::new(), KeyMinter::new())
         }
@@ -226,7 +231,7 @@ async fn execute(
     };
     let mut run = match resumed {
         Some(run) => run,
-        None => match Run::start(gw, call, &declared, &mut mode).await {
+        None => match Run::start(engine, call, &declared, &mut mode).await {
             Ok(Start::Sent(run)) => *run,
             Ok(Start::Asked {
                 question,
@@ -239,7 +244,7 @@ async fn execute(
                     asked: asked(std::slice::from_ref(&question)),
                     parked: None,
                 };
-                return input_round(gw, call, prior.as_ref(), &book, origin, now, round)
+                return input_round(engine, call, prior.as_ref(), &book, origin, now, round)
                     .await
                     .map(|(requests, token)| {
                         translate::input_required(requests, token, &server_info)
@@ -276,7 +281,8 @@ async fn execute(
         unreachable!("the mode stays MRTR")
     };
     let server_info = translate::server_info(Some(run.init_result()));
-    gw.metrics
+    engine
+        .metrics
         .upstream_duration
         .with_label_values(&[method_label(&call.method)])
         .observe(started.elapsed().as_secs_f64());
@@ -291,7 +297,7 @@ async fn execute(
             let list = url_required::url_elicitations(&msg).unwrap_or_default();
             let stage = crate::policy::Stage {
                 policy: &cfg.policy,
-                metrics: &gw.metrics.policy,
+                metrics: &engine.metrics.policy,
             };
             match url_required::questions(call, list, &mut minter, &declared, &book, &stage) {
                 Ok(q) => (q, false),
@@ -307,10 +313,10 @@ async fn execute(
                 if is_retry {
                     translate::NO_CACHE
                 } else {
-                    caller_hint(gw, cfg.caching.read)
+                    caller_hint(engine, cfg.caching.read)
                 }
             });
-            return final_result(gw, msg, call, &server_info, hint);
+            return final_result(engine, msg, call, &server_info, hint);
         }
         Ok(Captured::NeedInput(questions)) => (questions, true),
     };
@@ -318,7 +324,7 @@ async fn execute(
     let round_no = prior.as_ref().map_or(0, |p| p.rnd) + 1;
     if round_no > cfg.state.max_rounds {
         run.abandon("max_rounds").await;
-        return Err(max_rounds(gw, call, cfg.state.max_rounds));
+        return Err(max_rounds(engine, call, cfg.state.max_rounds));
     }
 
     // Park the blocked call when the policy and the lot allow; otherwise cancel it.
@@ -340,7 +346,7 @@ async fn execute(
                 .max_children
                 .saturating_sub(cfg.parking.stdio_reserved_children),
         };
-        match gw
+        match engine
             .parking
             .park(parked_call, inbound, &call.principal, &call.caller, &limits)
         {
@@ -351,7 +357,8 @@ async fn execute(
                     reason,
                     ..
                 } = *refused;
-                gw.metrics
+                engine
+                    .metrics
                     .limit_hits
                     .with_label_values(&[reason.limit()])
                     .inc();
@@ -372,7 +379,7 @@ async fn execute(
     };
     let round = Round { asked, parked };
     let (requests, token) =
-        input_round(gw, call, prior.as_ref(), &book, origin, now, round).await?;
+        input_round(engine, call, prior.as_ref(), &book, origin, now, round).await?;
     Ok(translate::input_required(requests, token, &server_info))
 }
 
@@ -398,8 +405,9 @@ fn asked(questions: &[Question]) -> Vec<(String, Pending, Value)> {
         .collect()
 }
 
-fn max_rounds(gw: &Engine, call: &Call, limit: u32) -> Rejection {
-    gw.metrics
+fn max_rounds(engine: &Engine, call: &Call, limit: u32) -> Rejection {
+    engine
+        .metrics
         .max_rounds_exceeded
         .with_label_values(&[method_label(&call.method)])
         .inc();
@@ -414,7 +422,7 @@ fn max_rounds(gw: &Engine, call: &Call, limit: u32) -> Rejection {
 
 /// Seals the round's state and builds its `inputRequests`; returns them with the token.
 async fn input_round(
-    gw: &Engine,
+    engine: &Engine,
     call: &Call,
     prior: Option<&StatePayload>,
     book: &AnswerBook,
@@ -422,12 +430,12 @@ async fn input_round(
     now: u64,
     round: Round,
 ) -> Result<(Map<String, Value>, String), Rejection> {
-    let cfg = gw.config();
+    let cfg = engine.config();
     let round_no = prior.map_or(0, |p| p.rnd) + 1;
     if round_no > cfg.state.max_rounds {
-        return Err(max_rounds(gw, call, cfg.state.max_rounds));
+        return Err(max_rounds(engine, call, cfg.state.max_rounds));
     }
-    let mut payload = gw.codec.fresh_payload(&call.principal, origin, now);
+    let mut payload = engine.codec.fresh_payload(&call.principal, origin, now);
     payload.rnd = round_no;
     payload.ans = book.carry();
     let mut input_requests = Map::new();
@@ -436,15 +444,15 @@ async fn input_round(
         input_requests.insert(key, request);
     }
     payload.park = round.parked.clone().map(|handle| ParkRef {
-        instance: gw.instance_id.clone(),
+        instance: engine.instance_id.clone(),
         handle,
     });
 
-    let (token, kid) = match gw.codec.seal(&payload) {
+    let (token, kid) = match engine.codec.seal(&payload) {
         Ok(t) => t,
         Err(e) => {
             if let Some(handle) = round.parked
-                && let Some(r) = gw.parking.take(&handle, &call.principal).await
+                && let Some(r) = engine.parking.take(&handle, &call.principal).await
             {
                 let _ = r
                     .call
@@ -453,21 +461,23 @@ async fn input_round(
                     .await;
                 r.call.session.close().await;
             }
-            gw.metrics
+            engine
+                .metrics
                 .limit_hits
                 .with_label_values(&["state_max_bytes"])
                 .inc();
             return Err(state_size::rejection(
-                &gw.codec,
+                &engine.codec,
                 &call.describe(),
                 &payload,
                 e,
             ));
         }
     };
-    gw.metrics.state_seals.with_label_values(&[&kid]).inc();
-    gw.metrics.state_bytes.observe(token.len() as f64);
-    gw.metrics
+    engine.metrics.state_seals.with_label_values(&[&kid]).inc();
+    engine.metrics.state_bytes.observe(token.len() as f64);
+    engine
+        .metrics
         .input_required
         .with_label_values(&[method_label(&call.method)])
         .inc();
@@ -476,18 +486,18 @@ async fn input_round(
 
 /// Serves a method that is forwarded as is (lists, completion).
 pub async fn serve_forward(
-    gw: &Engine,
+    engine: &Engine,
     call: &Call,
     sink: &Sink,
     cancel: &CancellationToken,
 ) -> Result<Value, Rejection> {
     let started = Instant::now();
-    let cfg = gw.config();
+    let cfg = engine.config();
     // A session declaring what this request declares, so the server shows this client what
     // it shows a legacy client declaring the same (servers register tools per capability);
     // any server request during a list is still refused (Forward mode).
     let declared = Declared::from_modern(&call.meta.client_capabilities);
-    let mut run = match Run::start(gw, call, &declared, &mut Mode::Forward).await {
+    let mut run = match Run::start(engine, call, &declared, &mut Mode::Forward).await {
         Ok(Start::Sent(run)) => *run,
         Ok(Start::Asked { .. }) => unreachable!("forward mode refreshes no roots"),
         Err(e) => return Err(e.rejection),
@@ -503,7 +513,8 @@ pub async fn serve_forward(
         )
         .await;
     let server_info = translate::server_info(Some(run.init_result()));
-    gw.metrics
+    engine
+        .metrics
         .upstream_duration
         .with_label_values(&[method_label(&call.method)])
         .observe(started.elapsed().as_secs_f64());
@@ -511,8 +522,8 @@ pub async fn serve_forward(
         Ok(Captured::Final(msg)) => {
             run.finish().await;
             let hint = mrtr_wire::protocol::methods::is_cacheable(&call.method)
-                .then(|| caller_hint(gw, cfg.caching.list));
-            final_result(gw, msg, call, &server_info, hint)
+                .then(|| caller_hint(engine, cfg.caching.list));
+            final_result(engine, msg, call, &server_info, hint)
         }
         Ok(Captured::NeedInput(_)) => unreachable!("forward mode collects no questions"),
         Err(rej) => {
@@ -525,12 +536,12 @@ pub async fn serve_forward(
 /// `hint`, made private when what the legacy server answers depends on the caller (see
 /// [`crate::auth::Authenticator::answers_depend_on_caller`]): a shared cache must not hand one
 /// caller's answer to another.
-pub fn caller_hint(gw: &Engine, hint: CacheHint) -> CacheHint {
-    translate::scoped_hint(hint, gw.auth().answers_depend_on_caller())
+pub fn caller_hint(engine: &Engine, hint: CacheHint) -> CacheHint {
+    translate::scoped_hint(hint, engine.auth().answers_depend_on_caller())
 }
 
 fn final_result(
-    gw: &Engine,
+    engine: &Engine,
     msg: Value,
     call: &Call,
     server_info: &Value,
@@ -540,7 +551,8 @@ fn final_result(
         let (result, dropped) = translate::from_legacy(result.clone(), server_info, hint);
         if !dropped.is_empty() {
             for field in &dropped {
-                gw.metrics
+                engine
+                    .metrics
                     .policy
                     .result_fields_dropped
                     .with_label_values(&[field])
@@ -564,15 +576,15 @@ fn final_result(
 
 /// Dispatches a routed method to its server (`render`: see [`serve_mrtr`]).
 pub async fn serve(
-    gw: &Engine,
+    engine: &Engine,
     call: &Call,
     sink: &Sink,
     cancel: &CancellationToken,
     render: Render,
 ) -> Result<Value, Rejection> {
     match route(&call.method) {
-        Route::Mrtr => serve_mrtr(gw, call, sink, cancel, render).await,
-        Route::Forward => serve_forward(gw, call, sink, cancel).await,
+        Route::Mrtr => serve_mrtr(engine, call, sink, cancel, render).await,
+        Route::Forward => serve_forward(engine, call, sink, cancel).await,
         _ => Err(Rejection::method_not_found(&call.method)),
     }
 }

@@ -228,7 +228,7 @@ enum Handled {
 
 /// A legacy session with the modern request's call in flight.
 pub struct Run<'g> {
-    gw: &'g Engine,
+    engine: &'g Engine,
     /// Where the session goes back after a clean completion.
     pool_key: PoolKey,
     session: Option<LegacySession>,
@@ -287,7 +287,7 @@ impl<'g> Run<'g> {
     /// forgot the first before the call arrived. On failure, says whether the call may have
     /// reached the legacy server.
     pub async fn start(
-        gw: &'g Engine,
+        engine: &'g Engine,
         call: &Call,
         declared: &Declared,
         mode: &mut Mode<'_>,
@@ -301,18 +301,20 @@ impl<'g> Run<'g> {
         for attempt in 0..2 {
             // A warm session first; after a 404, always a fresh one.
             let lease = if attempt == 0 {
-                gw.sessions
+                engine
+                    .sessions
                     .checkout(&pool_key, declared, call.upstream_headers.clone())
                     .await
             } else {
-                gw.sessions
+                engine
+                    .sessions
                     .open(declared, call.upstream_headers.clone())
                     .await
                     .map(|(session, inbound)| Lease::fresh(session, inbound))
             }
             .map_err(not_sent)?;
             let mut run = Run {
-                gw,
+                engine,
                 pool_key: pool_key.clone(),
                 roots_asked: lease.roots_asked,
                 session: Some(lease.session),
@@ -426,8 +428,8 @@ impl<'g> Run<'g> {
         if !(self.roots_asked && declared.roots && matches!(mode, Mode::Mrtr { .. })) {
             return Ok(None);
         }
-        let cfg = self.gw.config();
-        let memory = self.gw.sessions.pool().roots_memory();
+        let cfg = self.engine.config();
+        let memory = self.engine.sessions.pool().roots_memory();
         let probes = cfg.pool.roots_refresh_probes;
         let wait = if memory.should_wait(probes) {
             cfg.pool.roots_refresh_wait
@@ -442,7 +444,7 @@ impl<'g> Run<'g> {
             roots_refresh::notify_and_wait(session, &mut self.inbound, &mut self.backlog, wait)
                 .await
                 .map_err(Refresh::Session)?;
-        let counter = &self.gw.metrics.roots_refreshes;
+        let counter = &self.engine.metrics.roots_refreshes;
         let Some(msg) = asked else {
             if wait.is_zero() {
                 counter.with_label_values(&["not_waited"]).inc();
@@ -474,7 +476,7 @@ impl<'g> Run<'g> {
 
     /// A run rebuilt from a parked call; returns it with the questions the server is still
     /// waiting on and the key minter of that execution.
-    pub fn resumed(gw: &'g Engine, r: Resumed) -> (Run<'g>, Vec<Question>, KeyMinter) {
+    pub fn resumed(engine: &'g Engine, r: Resumed) -> (Run<'g>, Vec<Question>, KeyMinter) {
         let ParkedCall {
             session,
             call_id,
@@ -486,7 +488,7 @@ impl<'g> Run<'g> {
         } = r.call;
         (
             Run {
-                gw,
+                engine,
                 pool_key,
                 session: Some(session),
                 inbound: r.inbound,
@@ -547,7 +549,7 @@ impl<'g> Run<'g> {
                 inbound,
                 roots_asked: self.roots_asked,
             };
-            self.gw
+            self.engine
                 .sessions
                 .give_back(self.pool_key.clone(), lease)
                 .await;
@@ -624,7 +626,7 @@ impl<'g> Run<'g> {
         deadline: Instant,
         mut questions: Vec<Question>,
     ) -> Result<Captured, Rejection> {
-        let cfg = self.gw.config();
+        let cfg = self.engine.config();
         // A `roots/list` may still be on its way on the GET stream (Python SDK servers send
         // it there, tens of milliseconds behind the call stream's requests).
         let roots_may_lag = matches!(mode, Mode::Mrtr { declared, .. } if declared.roots)
@@ -769,10 +771,10 @@ impl<'g> Run<'g> {
         // The policy stage first: a question it refuses is never shown, so the client needs no
         // capability for it and the call goes on with the legacy server's next step.
         let (request, elicitation_id) = to_input_request(method, params, kind);
-        let cfg = self.gw.config();
+        let cfg = self.engine.config();
         let stage = Stage {
             policy: &cfg.policy,
-            metrics: &self.gw.metrics.policy,
+            metrics: &self.engine.metrics.policy,
         };
         let request = match stage.review(&call.method, call.target(), kind, request) {
             Ok(request) => request,
@@ -801,7 +803,7 @@ impl<'g> Run<'g> {
         if let Some(previous) = prior_shapes.get(&shape)
             && *previous != key
         {
-            self.gw
+            self.engine
                 .metrics
                 .volatile_questions
                 .with_label_values(&[method_label(&call.method)])
@@ -854,7 +856,7 @@ impl<'g> Run<'g> {
             // of this caller on this replica. notifications/elicitation/complete has no modern
             // counterpart.
             m if crate::legacy::relay::is_session_wide(m) => {
-                self.gw.relay.publish(&call.scope(), &msg)
+                self.engine.relay.publish(&call.scope(), &msg)
             }
             _ => {}
         }
