@@ -6,6 +6,7 @@ use tracing::Instrument;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use mrtr_wire::protocol::meta::RequestMeta;
 use serde_json::Value;
 
 use super::admission;
@@ -334,89 +335,117 @@ async fn serve(front: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<
     // server does not offer is "not found" once the caller's own session shows it (the
     // engine checks, on the session that would serve it). Nothing is decided from another
     // caller's session.
-    let r = route(&env.method);
-    if r == Route::NotFound {
-        return refuse(
-            &front,
-            &env.method,
-            Some(&env.id),
-            Rejection::method_not_found(&env.method),
-        );
+    let route = route(&env.method);
+    if route == Route::NotFound {
+        let rej = Rejection::method_not_found(&env.method);
+        return refuse(&front, &env.method, Some(&env.id), rej);
     }
     let scope = CallerScope::new(principal.0.clone(), auth.credential_key(&parts.headers));
-    if r == Route::Listen {
-        // Hook (subscriptions/listen): a long-lived stream with a legacy session of its own.
-        let params = env.params.clone().unwrap_or(Value::Null);
-        return match listen::serve(
-            &front,
-            &caller,
-            &env.id,
-            &params,
-            accepts_sse(&parts.headers),
-            upstream_headers(&parts.headers, env.params.as_ref(), &auth),
-            &scope,
-        )
-        .await
-        {
-            Ok(response) => {
-                record(&front, &env.method, &Ok(Value::Null));
-                response
-            }
-            Err(rej) => refuse(&front, &env.method, Some(&env.id), rej),
-        };
+    let routed = Routed {
+        upstream_headers: upstream_headers(&parts.headers, env.params.as_ref(), &auth),
+        credential: auth.credential_key(&parts.headers),
+        accepts_sse: accepts_sse(&parts.headers),
+        env,
+        meta,
+        principal,
+        caller,
+        scope,
+    };
+    match route {
+        Route::Listen => serve_listen(&front, routed).await,
+        Route::Discover => serve_discover(&front, routed).await,
+        _ => serve_call(front, routed, span).await,
     }
-    if r == Route::Discover {
-        // The caller's own view: its session's InitializeResult, never another caller's.
-        let outcome = crate::discover::serve(
-            &front.engine,
-            &scope,
-            &Declared::from_modern(&meta.client_capabilities),
-            upstream_headers(&parts.headers, env.params.as_ref(), &auth),
-            listen::supported(&front.sessions.upstream()),
-        )
-        .await;
-        return match outcome {
-            Ok(result) => {
-                let response = respond::json(
-                    StatusCode::OK,
-                    &mrtr_wire::jsonrpc::result_response(&env.id, result.clone()),
-                );
-                record(&front, &env.method, &Ok(result));
-                response
-            }
-            Err(rej) => refuse(&front, &env.method, Some(&env.id), rej),
-        };
-    }
+}
 
-    // Phase 7: serve through a legacy session; stream notifications if any come first.
+/// A request past validation and routing: what each route's server needs of it.
+struct Routed {
+    env: ingress::Envelope,
+    meta: RequestMeta,
+    principal: Principal,
+    caller: Caller,
+    scope: CallerScope,
+    /// Credentials and trace context for the legacy server.
+    upstream_headers: HeaderMap,
+    /// The digest of the forwarded credential (part of the pool key).
+    credential: String,
+    accepts_sse: bool,
+}
+
+/// Hook (subscriptions/listen): a long-lived stream with a legacy session of its own.
+async fn serve_listen(front: &Front, r: Routed) -> Response<Body> {
+    let params = r.env.params.clone().unwrap_or(Value::Null);
+    let request = listen::ListenRequest {
+        caller: &r.caller,
+        id: &r.env.id,
+        params: &params,
+        accepts_sse: r.accepts_sse,
+        upstream_headers: r.upstream_headers,
+        scope: &r.scope,
+    };
+    let outcome = listen::serve(front, request).await;
+    match outcome {
+        Ok(response) => {
+            record(front, &r.env.method, &Ok(Value::Null));
+            response
+        }
+        Err(rej) => refuse(front, &r.env.method, Some(&r.env.id), rej),
+    }
+}
+
+/// `server/discover`: the caller's own view, its session's InitializeResult, never another
+/// caller's.
+async fn serve_discover(front: &Front, r: Routed) -> Response<Body> {
+    let outcome = crate::discover::serve(
+        &front.engine,
+        &r.scope,
+        &Declared::from_modern(&r.meta.client_capabilities),
+        r.upstream_headers,
+        listen::supported(&front.sessions.upstream()),
+    )
+    .await;
+    match outcome {
+        Ok(result) => {
+            let response = respond::json(
+                StatusCode::OK,
+                &mrtr_wire::jsonrpc::result_response(&r.env.id, result.clone()),
+            );
+            record(front, &r.env.method, &Ok(result));
+            response
+        }
+        Err(rej) => refuse(front, &r.env.method, Some(&r.env.id), rej),
+    }
+}
+
+/// Phase 7: serve through a legacy session in the engine's own task; stream notifications if
+/// any come before the result.
+async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Response<Body> {
+    let Routed { env, meta, .. } = r;
     let call = Call {
         id: env.id.clone(),
         method: env.method.clone(),
         params: env
             .params
-            .clone()
             .unwrap_or_else(|| Value::Object(Default::default())),
         meta,
-        principal: principal.0,
-        caller,
-        upstream_headers: upstream_headers(&parts.headers, env.params.as_ref(), &auth),
-        credential: auth.credential_key(&parts.headers),
+        principal: r.principal.0,
+        caller: r.caller,
+        upstream_headers: r.upstream_headers,
+        credential: r.credential,
     };
-    let sse = accepts_sse(&parts.headers);
-    let engine = front.engine.clone();
-    let front_done = front.clone();
-    let method = env.method.clone();
+    let runtime = front.engine.clone();
+    let method = env.method;
     let work_span = span.clone();
     respond::run(
         env.id,
-        sse,
+        r.accepts_sse,
         move |sink, cancel| {
             async move {
-                engine::serve(&engine, &call, &sink, &cancel, error_map::status_and_error).await
+                engine::serve(&runtime, &call, &sink, &cancel, error_map::status_and_error).await
             }
             .instrument(work_span)
         },
-        move |outcome| span.in_scope(|| record(&front_done, &method, outcome)),
+        move |outcome| span.in_scope(|| record(&front, &method, outcome)),
     )
     .await
 }

@@ -57,6 +57,8 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::deps::Front;
+pub use super::listen_filter::Filter;
+use super::listen_filter::bad_filter;
 use super::long_lived::{self, StreamPlace, StreamRefusal};
 use super::respond::{self, Body};
 use crate::caller_scope::Caller;
@@ -78,129 +80,8 @@ const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
 const EARLY_BACKLOG: usize = 64;
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
-/// The notifications a listen stream carries.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Filter {
-    pub tools: bool,
-    pub prompts: bool,
-    pub resources: bool,
-    /// Resource URIs for `notifications/resources/updated` (no duplicates, request order).
-    pub uris: Vec<String>,
-}
-
 /// How long one change is coalesced across the sessions it is seen on.
 const COALESCE: std::time::Duration = std::time::Duration::from_millis(500);
-
-fn bad_filter(message: String) -> Rejection {
-    Rejection::new(RejectionKind::InvalidListenFilter, message)
-}
-
-impl Filter {
-    /// Reads `params.notifications`; every member is optional and off unless set.
-    pub fn parse(params: &Value) -> Result<Filter, Rejection> {
-        let Some(n) = params.get("notifications") else {
-            return Err(bad_filter(
-                "subscriptions/listen needs params.notifications (an object; each member opts in)"
-                    .into(),
-            ));
-        };
-        let Some(n) = n.as_object() else {
-            return Err(bad_filter("params.notifications must be an object".into()));
-        };
-        let flag = |key: &str| match n.get(key) {
-            None | Some(Value::Null) => Ok(false),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(_) => Err(bad_filter(format!(
-                "params.notifications.{key} must be a boolean"
-            ))),
-        };
-        let mut uris: Vec<String> = Vec::new();
-        match n.get("resourceSubscriptions") {
-            None | Some(Value::Null) => {}
-            Some(Value::Array(items)) => {
-                for item in items {
-                    match item.as_str() {
-                        Some(u) if !u.is_empty() => {
-                            if !uris.iter().any(|have| have == u) {
-                                uris.push(u.to_string());
-                            }
-                        }
-                        _ => {
-                            return Err(bad_filter(
-                                "params.notifications.resourceSubscriptions must hold non-empty URI strings"
-                                    .into(),
-                            ));
-                        }
-                    }
-                }
-            }
-            Some(_) => {
-                return Err(bad_filter(
-                    "params.notifications.resourceSubscriptions must be an array of URIs".into(),
-                ));
-            }
-        }
-        Ok(Filter {
-            tools: flag("toolsListChanged")?,
-            prompts: flag("promptsListChanged")?,
-            resources: flag("resourcesListChanged")?,
-            uris,
-        })
-    }
-
-    /// What of this filter a legacy server with `capabilities` can deliver.
-    pub fn agreed(&self, capabilities: &Value) -> Filter {
-        let declared = |section: &str, member: &str| {
-            capabilities.pointer(&format!("/{section}/{member}")) == Some(&Value::Bool(true))
-        };
-        Filter {
-            tools: self.tools && declared("tools", "listChanged"),
-            prompts: self.prompts && declared("prompts", "listChanged"),
-            resources: self.resources && declared("resources", "listChanged"),
-            uris: if declared("resources", "subscribe") {
-                self.uris.clone()
-            } else {
-                Vec::new()
-            },
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        !self.tools && !self.prompts && !self.resources && self.uris.is_empty()
-    }
-
-    /// The wire form: only the members that are on.
-    pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        for (key, on) in [
-            ("toolsListChanged", self.tools),
-            ("promptsListChanged", self.prompts),
-            ("resourcesListChanged", self.resources),
-        ] {
-            if on {
-                m.insert(key.into(), Value::Bool(true));
-            }
-        }
-        if !self.uris.is_empty() {
-            m.insert("resourceSubscriptions".into(), json!(self.uris));
-        }
-        Value::Object(m)
-    }
-
-    /// Whether the legacy notification `msg` belongs on the stream.
-    pub fn admits(&self, msg: &Value) -> bool {
-        match msg.get("method").and_then(Value::as_str) {
-            Some("notifications/tools/list_changed") => self.tools,
-            Some("notifications/prompts/list_changed") => self.prompts,
-            Some("notifications/resources/list_changed") => self.resources,
-            Some("notifications/resources/updated") => msg
-                .pointer("/params/uri")
-                .and_then(Value::as_str)
-                .is_some_and(|u| self.uris.iter().any(|have| have == u)),
-            _ => false,
-        }
-    }
-}
 
 /// Whether listen streams can be fed by this upstream (see the module docs).
 pub fn supported(upstream: &Upstream) -> bool {
@@ -208,7 +89,7 @@ pub fn supported(upstream: &Upstream) -> bool {
 }
 
 /// `msg` with `params._meta[subscriptionId] = id`.
-fn tagged(mut msg: Value, id: &Value) -> Value {
+pub(super) fn tagged(mut msg: Value, id: &Value) -> Value {
     if let Some(obj) = msg.as_object_mut() {
         let params = obj
             .entry("params")
@@ -341,17 +222,89 @@ async fn subscribe(
     Ok(())
 }
 
-/// Serves one `subscriptions/listen` request of `scope`: an error before streaming, or the
-/// stream.
-pub async fn serve(
+/// One `subscriptions/listen` request, as the front routed it.
+pub struct ListenRequest<'a> {
+    pub caller: &'a Caller,
+    /// The request id, which becomes the subscription id.
+    pub id: &'a Value,
+    pub params: &'a Value,
+    pub accepts_sse: bool,
+    /// Credentials and trace context for the stream's legacy session.
+    pub upstream_headers: HeaderMap,
+    pub scope: &'a CallerScope,
+}
+
+/// Serves one `subscriptions/listen` request: an error before streaming, or the stream.
+pub async fn serve(front: &Front, r: ListenRequest<'_>) -> Result<Response<Body>, Rejection> {
+    let ListenRequest {
+        caller,
+        id,
+        params,
+        accepts_sse,
+        upstream_headers,
+        scope,
+    } = r;
+    let (requested, place) = admit(front, caller, params, accepts_sse)?;
+    let Opened {
+        agreed,
+        early,
+        server_info,
+        feed,
+    } = open_feed(front, &requested, upstream_headers, scope).await?;
+    let cfg = front.config();
+    let limits = &cfg.subscriptions;
+    tracing::info!(
+        subscription_id = %id,
+        requested = %requested.to_json(),
+        agreed = %agreed.to_json(),
+        "listen stream open"
+    );
+
+    let ack = jsonrpc::notification(
+        ACKNOWLEDGED,
+        Some(json!({"notifications": agreed.to_json(), "_meta": {SUBSCRIPTION_ID: id}})),
+    );
+    let mut pending = VecDeque::with_capacity(1 + early.len());
+    pending.push_back(respond::sse_event(&ack));
+    pending.extend(
+        early
+            .into_iter()
+            .map(|m| respond::sse_event(&tagged(m, id))),
+    );
+    let period = limits.keepalive;
+    let mut keepalive = tokio::time::interval_at(Instant::now() + period, period);
+    keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let stream = ListenStream {
+        id: id.clone(),
+        agreed,
+        pending,
+        feed,
+        keepalive,
+        shutdown: front.long_lived.shutdown().clone(),
+        relayed: front.long_lived.relayed(scope),
+        recent: VecDeque::new(),
+        server_info,
+        ended: false,
+        _place: place,
+    };
+    let body = futures_util::stream::unfold(stream, |mut st| async move {
+        let bytes = st.next_chunk().await?;
+        Some((Ok::<_, Infallible>(Frame::data(bytes)), st))
+    });
+    let mut response = respond::sse_response(StreamBody::new(body).boxed_unsync());
+    long_lived::mark(&mut response);
+    Ok(response)
+}
+
+/// Everything a listen request must pass before a legacy session is opened for it: a filter
+/// within the limits, an SSE-accepting client, a replica that is not shutting down, and a
+/// place among the listen streams (the replica's cap and the caller's quota).
+fn admit(
     front: &Front,
     caller: &Caller,
-    id: &Value,
     params: &Value,
     accepts_sse: bool,
-    upstream_headers: HeaderMap,
-    scope: &CallerScope,
-) -> Result<Response<Body>, Rejection> {
+) -> Result<(Filter, StreamPlace), Rejection> {
     let cfg = front.config();
     let limits = &cfg.subscriptions;
     let requested = Filter::parse(params)?;
@@ -379,25 +332,25 @@ pub async fn serve(
             "this gateway replica is shutting down; listen again (another replica will serve it)",
         ));
     }
-    let place = match front.long_lived.admit_listen(
+    match front.long_lived.admit_listen(
         caller,
         limits.max_streams,
         limits.max_streams_per_principal,
     ) {
-        Ok(place) => place,
+        Ok(place) => Ok((requested, place)),
         Err(StreamRefusal::Full) => {
             front
                 .metrics
                 .limit_hits
                 .with_label_values(&["max_listen_streams"])
                 .inc();
-            return Err(Rejection::new(
+            Err(Rejection::new(
                 RejectionKind::MaxListenStreams,
                 format!(
                     "this gateway replica holds its limit of {} listen streams (subscriptions.max_streams); retry shortly",
                     limits.max_streams
                 ),
-            ));
+            ))
         }
         Err(StreamRefusal::CallerQuota) => {
             front
@@ -405,16 +358,36 @@ pub async fn serve(
                 .limit_hits
                 .with_label_values(&["max_listen_streams_per_principal"])
                 .inc();
-            return Err(Rejection::new(
+            Err(Rejection::new(
                 RejectionKind::ListenStreamQuota,
                 format!(
                     "you already hold {} listen streams on this replica (subscriptions.max_streams_per_principal); close one first",
                     limits.max_streams_per_principal
                 ),
-            ));
+            ))
         }
-    };
+    }
+}
 
+/// The legacy side of a listen stream: what the server agreed to send, notifications that
+/// came while subscribing, the server's identity, and the session that feeds the stream
+/// (`None` when nothing was agreed).
+struct Opened {
+    agreed: Filter,
+    early: VecDeque<Value>,
+    server_info: Value,
+    feed: Option<Feed>,
+}
+
+/// Opens the stream's own legacy session and subscribes to the agreed resources; where the
+/// upstream cannot feed a listen stream, the caller's own session only gives the identity.
+async fn open_feed(
+    front: &Front,
+    requested: &Filter,
+    upstream_headers: HeaderMap,
+    scope: &CallerScope,
+) -> Result<Opened, Rejection> {
+    let cfg = front.config();
     let mut agreed = Filter::default();
     let mut early = VecDeque::new();
     let server_info;
@@ -464,47 +437,12 @@ pub async fn serve(
             feed = Some(opened);
         }
     }
-    tracing::info!(
-        subscription_id = %id,
-        requested = %requested.to_json(),
-        agreed = %agreed.to_json(),
-        "listen stream open"
-    );
-
-    let ack = jsonrpc::notification(
-        ACKNOWLEDGED,
-        Some(json!({"notifications": agreed.to_json(), "_meta": {SUBSCRIPTION_ID: id}})),
-    );
-    let mut pending = VecDeque::with_capacity(1 + early.len());
-    pending.push_back(respond::sse_event(&ack));
-    pending.extend(
-        early
-            .into_iter()
-            .map(|m| respond::sse_event(&tagged(m, id))),
-    );
-    let period = limits.keepalive;
-    let mut keepalive = tokio::time::interval_at(Instant::now() + period, period);
-    keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let stream = ListenStream {
-        id: id.clone(),
+    Ok(Opened {
         agreed,
-        pending,
-        feed,
-        keepalive,
-        shutdown: front.long_lived.shutdown().clone(),
-        relayed: front.long_lived.relayed(scope),
-        recent: VecDeque::new(),
+        early,
         server_info,
-        ended: false,
-        _place: place,
-    };
-    let body = futures_util::stream::unfold(stream, |mut st| async move {
-        let bytes = st.next_chunk().await?;
-        Some((Ok::<_, Infallible>(Frame::data(bytes)), st))
-    });
-    let mut response = respond::sse_response(StreamBody::new(body).boxed_unsync());
-    long_lived::mark(&mut response);
-    Ok(response)
+        feed,
+    })
 }
 
 /// One open listen stream, driven by the response body: dropping the body drops this, and
@@ -632,93 +570,5 @@ impl ListenStream {
             session.close().await;
         }
         tracing::info!(subscription_id = %self.id, why, "listen stream closed");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn filters_parse_strictly_and_default_to_off() {
-        let f = Filter::parse(&json!({"notifications": {
-            "toolsListChanged": true, "promptsListChanged": false,
-            "resourceSubscriptions": ["a://1", "a://2", "a://1"], "future": 1
-        }}))
-        .unwrap();
-        assert!(f.tools && !f.prompts && !f.resources);
-        assert_eq!(f.uris, ["a://1", "a://2"]);
-        assert!(
-            Filter::parse(&json!({"notifications": {}}))
-                .unwrap()
-                .is_empty()
-        );
-        for bad in [
-            json!({}),
-            json!({"notifications": []}),
-            json!({"notifications": {"toolsListChanged": "yes"}}),
-            json!({"notifications": {"resourceSubscriptions": "a://1"}}),
-            json!({"notifications": {"resourceSubscriptions": [1]}}),
-            json!({"notifications": {"resourceSubscriptions": [""]}}),
-        ] {
-            let e = Filter::parse(&bad).unwrap_err();
-            assert_eq!(e.kind(), RejectionKind::InvalidListenFilter, "{bad}");
-            let answer = crate::front::error_map::answer(&e);
-            assert_eq!(answer.error.code, codes::INVALID_PARAMS, "{bad}");
-        }
-    }
-
-    #[test]
-    fn the_agreed_filter_is_what_the_server_declares() {
-        let asked = Filter {
-            tools: true,
-            prompts: true,
-            resources: true,
-            uris: vec!["a://1".into()],
-        };
-        let caps = json!({"tools": {"listChanged": true}, "prompts": {"listChanged": false},
-                          "resources": {"subscribe": true}});
-        let agreed = asked.agreed(&caps);
-        assert_eq!(
-            agreed.to_json(),
-            json!({"toolsListChanged": true, "resourceSubscriptions": ["a://1"]})
-        );
-        assert!(asked.agreed(&json!({})).is_empty());
-    }
-
-    #[test]
-    fn only_agreed_notifications_pass_and_they_are_tagged() {
-        let f = Filter {
-            tools: true,
-            uris: vec!["a://1".into()],
-            ..Default::default()
-        };
-        let n = |m: &str, p: Value| json!({"jsonrpc": "2.0", "method": m, "params": p});
-        assert!(f.admits(&n("notifications/tools/list_changed", json!({}))));
-        assert!(!f.admits(&n("notifications/prompts/list_changed", json!({}))));
-        assert!(f.admits(&n(
-            "notifications/resources/updated",
-            json!({"uri": "a://1"})
-        )));
-        assert!(!f.admits(&n(
-            "notifications/resources/updated",
-            json!({"uri": "a://2"})
-        )));
-        assert!(!f.admits(&n("notifications/progress", json!({"progressToken": 1}))));
-        assert!(!f.admits(&n("notifications/message", json!({"level": "info"}))));
-        let t = tagged(
-            json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
-            &json!("L1"),
-        );
-        assert_eq!(t["params"]["_meta"][SUBSCRIPTION_ID], "L1");
-        let t = tagged(
-            n(
-                "notifications/resources/updated",
-                json!({"uri": "a://1", "_meta": {"x": 1}}),
-            ),
-            &json!(7),
-        );
-        assert_eq!(t["params"]["_meta"], json!({"x": 1, SUBSCRIPTION_ID: 7}));
-        assert_eq!(t["params"]["uri"], "a://1");
     }
 }

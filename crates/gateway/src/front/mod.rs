@@ -10,6 +10,7 @@ pub mod handler;
 pub mod ingress;
 pub mod legacy_passthrough;
 pub mod listen;
+mod listen_filter;
 pub mod listener;
 pub mod long_lived;
 pub mod request_body;

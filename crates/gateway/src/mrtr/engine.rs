@@ -30,14 +30,14 @@ use super::deps::Engine;
 use super::input_key::KeyMinter;
 use super::origin;
 use super::parking::{ParkLimits, Refused};
+use super::round::{Round, asked, max_rounds, seal_round};
 use super::run::{Captured, Mode, Question, Run, Start};
-use super::state_size;
 use super::url_required;
 use crate::config::{CacheHint, ParkPolicy};
 use crate::error::{Rejection, RejectionKind};
 use crate::metrics::method_label;
 use crate::single_use::Policy as SingleUsePolicy;
-use crate::state::{ParkRef, Pending, StateError, StatePayload};
+use crate::state::{StateError, StatePayload};
 use crate::translate;
 use mrtr_wire::capabilities::Declared;
 use mrtr_wire::protocol::methods::{Route, route};
@@ -146,19 +146,20 @@ pub async fn serve_mrtr(
         None => (cancel, sink),
     };
     let mut may_have_run = false;
-    let outcome = execute(
+    let serving = Serving {
         engine,
         call,
-        run_sink,
-        run_cancel,
+        sink: run_sink,
+        cancel: run_cancel,
+    };
+    let presented = Presented {
         prior,
         book,
         is_retry,
-        &origin,
+        origin,
         now,
-        &mut may_have_run,
-    )
-    .await;
+    };
+    let outcome = execute(&serving, presented, &mut may_have_run).await;
     if let Some(guard) = claim {
         guard
             .settle(&outcome, render, may_have_run, cancel.is_cancelled())
@@ -167,94 +168,88 @@ pub async fn serve_mrtr(
     outcome
 }
 
-/// Runs (or resumes) the call and turns what the legacy server did into the modern result.
-#[allow(clippy::too_many_arguments)]
+/// What the presented request brought besides its params: the state it carried (opened and
+/// checked), the answers it may use, and what binds a new state to it.
+pub(super) struct Presented {
+    pub(super) prior: Option<StatePayload>,
+    pub(super) book: AnswerBook,
+    /// A state or answers came with it (a resource read is then not cacheable).
+    pub(super) is_retry: bool,
+    pub(super) origin: String,
+    pub(super) now: u64,
+}
+
+/// The request in flight: the call, where its notifications go, and what cancels it.
+pub(super) struct Serving<'a> {
+    pub(super) engine: &'a Engine,
+    pub(super) call: &'a Call,
+    pub(super) sink: &'a Sink,
+    pub(super) cancel: &'a CancellationToken,
+}
+
+/// Where a call resumed or (re)started.
+enum Begun<'e> {
+    /// The legacy call is running; the questions a resumed call is still blocked on.
+    Running(Box<Run<'e>>, Vec<Question>),
+    /// Before the call could go out, a reused session's server asked for this client's roots:
+    /// that is the whole round.
+    Asked(Question, Value),
+}
+
+/// What the capture left to answer: the questions, and whether a legacy call is still blocked
+/// on them (a -32042 error ended the call; there is nothing to park).
+struct Open {
+    questions: Vec<Question>,
+    parkable: bool,
+}
+
+/// Runs (or resumes) the call and turns what the legacy server did into the modern result,
+/// in the order it happens: resume or start, answer what a resumed call waits on, capture,
+/// conclude (a final result, or questions), then park or cancel the blocked call and seal the
+/// round's state. `may_have_run` tells the single-use claim whether the tool may have run.
 async fn execute(
-    engine: &Engine,
-    call: &Call,
-    sink: &Sink,
-    cancel: &CancellationToken,
-    prior: Option<StatePayload>,
-    mut book: AnswerBook,
-    is_retry: bool,
-    origin: &str,
-    now: u64,
+    s: &Serving<'_>,
+    mut presented: Presented,
     may_have_run: &mut bool,
 ) -> Result<Value, Rejection> {
+    let (engine, call) = (s.engine, s.call);
     let started = Instant::now();
     let cfg = engine.config();
     let declared = Declared::from_modern(&call.meta.client_capabilities);
     let policy = cfg.parking.policy_for(&call.method, call.target());
 
-    // Resume the parked call if it is here, otherwise (re)start the tool.
-    let park_ref = prior.as_ref().and_then(|p| p.park.as_ref());
-    let resumed = match park_ref {
-        Some(r) if r.instance == engine.instance_id => {
-            engine.parking.take(&r.handle, &call.principal).await
-        }
-        _ => None,
-    };
-    let prior_shapes: HashMap<String, String> = prior
-        .as_ref()
-        .map(|p| {
-            p.pnd
-                .iter()
-                .filter_map(|(k, v)| v.shape.clone().map(|s| (s, k.clone())))
-                .collect()
-        })
-        .unwrap_or_default();
-    let (resumed, waiting, minter) = match resumed {
-        Some(r) => {
-            engine.metrics.retries.with_label_values(&["parked"]).inc();
-            let (run, waiting, minter) = Run::resumed(engine, r);
-            (Some(run), waiting, minter)
-        }
-        None => {
-            if park_ref.is_some() && policy == ParkPolicy::ParkOnly {
-                return Err(park_only_lost(call));
-            }
-            if prior.is_some() {
-                engine
-                    .metrics
-                    .retries
-                    .with_label_values(&["replayed"])
-                    .inc();
-            }
-            (None, Vec::new(), KeyMinter::new())
-        }
-    };
+    let (resumed, minter) = take_parked(s, presented.prior.as_ref(), policy).await?;
     let mut mode = Mode::Mrtr {
-        book: &mut book,
+        book: &mut presented.book,
         declared: &declared,
         minter,
-        prior_shapes,
+        prior_shapes: prior_shapes(presented.prior.as_ref()),
     };
-    let mut run = match resumed {
-        Some(run) => run,
+    let begun = match resumed {
+        Some(running) => running,
         None => match Run::start(engine, call, &declared, &mut mode).await {
-            Ok(Start::Sent(run)) => *run,
+            Ok(Start::Sent(run)) => Begun::Running(run, Vec::new()),
             Ok(Start::Asked {
                 question,
                 server_info,
-            }) => {
-                // The reused session's server wants this client's roots before the call can
-                // go out: that is the whole round. Nothing ran, nothing is parked.
-                drop(mode);
-                let round = Round {
-                    asked: asked(std::slice::from_ref(&question)),
-                    parked: None,
-                };
-                return input_round(engine, call, prior.as_ref(), &book, origin, now, round)
-                    .await
-                    .map(|(requests, token)| {
-                        translate::input_required(requests, token, &server_info)
-                    });
-            }
+            }) => Begun::Asked(question, server_info),
             Err(e) => {
                 *may_have_run = e.call_sent;
                 return Err(e.rejection);
             }
         },
+    };
+    let (mut run, waiting) = match begun {
+        Begun::Running(run, waiting) => (*run, waiting),
+        Begun::Asked(question, server_info) => {
+            // Nothing ran, nothing is parked.
+            drop(mode);
+            let round = Round {
+                asked: asked(std::slice::from_ref(&question)),
+                parked: None,
+            };
+            return seal_round(s, &presented, round, &server_info).await;
+        }
     };
     *may_have_run = true;
     let Mode::Mrtr { book: answers, .. } = &mut mode else {
@@ -271,8 +266,8 @@ async fn execute(
         .capture(
             call,
             &mut mode,
-            sink,
-            cancel,
+            s.sink,
+            s.cancel,
             started + cfg.upstream.call_timeout,
             waiting,
         )
@@ -286,49 +281,167 @@ async fn execute(
         .upstream_duration
         .with_label_values(&[method_label(&call.method)])
         .observe(started.elapsed().as_secs_f64());
-    // `parkable`: whether a legacy call is still blocked on the questions (a -32042 error
-    // ended the call; there is nothing to park).
-    let (questions, parkable) = match captured {
-        Err(rej) => {
-            run.abandon(rej.reason()).await;
-            return Err(rej);
+    let open = match conclude(
+        s,
+        captured,
+        &mut minter,
+        &declared,
+        &presented,
+        &server_info,
+    ) {
+        Concluded::Final(outcome) => {
+            run.finish().await;
+            return outcome;
         }
+        Concluded::Open(open) => open,
+        Concluded::Failed { rejection, clean } => {
+            if clean {
+                run.finish().await;
+            } else {
+                run.abandon(rejection.reason()).await;
+            }
+            return Err(rejection);
+        }
+    };
+
+    let round_no = presented.prior.as_ref().map_or(0, |p| p.rnd) + 1;
+    if round_no > cfg.state.max_rounds {
+        run.abandon("max_rounds").await;
+        return Err(max_rounds(engine, call, cfg.state.max_rounds));
+    }
+    let asked = asked(&open.questions);
+    let parked = park_or_cancel(s, run, open, minter, policy).await?;
+    seal_round(s, &presented, Round { asked, parked }, &server_info).await
+}
+
+/// Takes back the call parked on this replica for this state, if it is here. A park-only call
+/// whose parked call is gone must not run again.
+async fn take_parked<'e>(
+    s: &Serving<'e>,
+    prior: Option<&StatePayload>,
+    policy: ParkPolicy,
+) -> Result<(Option<Begun<'e>>, KeyMinter), Rejection> {
+    let engine = s.engine;
+    let park_ref = prior.and_then(|p| p.park.as_ref());
+    let resumed = match park_ref {
+        Some(r) if r.instance == engine.instance_id => {
+            engine.parking.take(&r.handle, &s.call.principal).await
+        }
+        _ => None,
+    };
+    match resumed {
+        Some(r) => {
+            engine.metrics.retries.with_label_values(&["parked"]).inc();
+            let (run, waiting, minter) = Run::resumed(engine, r);
+            Ok((Some(Begun::Running(Box::new(run), waiting)), minter))
+        }
+        None => {
+            if park_ref.is_some() && policy == ParkPolicy::ParkOnly {
+                return Err(park_only_lost(s.call));
+            }
+            if prior.is_some() {
+                engine
+                    .metrics
+                    .retries
+                    .with_label_values(&["replayed"])
+                    .inc();
+            }
+            Ok((None, KeyMinter::new()))
+        }
+    }
+}
+
+/// Shapes of the questions the previous round asked, by shape → key.
+fn prior_shapes(prior: Option<&StatePayload>) -> HashMap<String, String> {
+    prior
+        .map(|p| {
+            p.pnd
+                .iter()
+                .filter_map(|(k, v)| v.shape.clone().map(|s| (s, k.clone())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+enum Concluded {
+    /// The call ended: its result, or the legacy server's error (the session is clean).
+    Final(Result<Value, Rejection>),
+    Open(Open),
+    /// The round cannot go on; `clean` when the legacy call had ended (the session can be
+    /// given back), otherwise it is abandoned.
+    Failed {
+        rejection: Rejection,
+        clean: bool,
+    },
+}
+
+/// What the capture ended with: a final result, the questions of a -32042 URL step, or the
+/// questions the legacy call is blocked on.
+fn conclude(
+    s: &Serving<'_>,
+    captured: Result<Captured, Rejection>,
+    minter: &mut KeyMinter,
+    declared: &Declared,
+    presented: &Presented,
+    server_info: &Value,
+) -> Concluded {
+    let (engine, call) = (s.engine, s.call);
+    let cfg = engine.config();
+    match captured {
+        Err(rejection) => Concluded::Failed {
+            rejection,
+            clean: false,
+        },
         Ok(Captured::Final(msg)) if url_required::url_elicitations(&msg).is_some() => {
             let list = url_required::url_elicitations(&msg).unwrap_or_default();
             let stage = crate::policy::Stage {
                 policy: &cfg.policy,
                 metrics: &engine.metrics.policy,
             };
-            match url_required::questions(call, list, &mut minter, &declared, &book, &stage) {
-                Ok(q) => (q, false),
-                Err(rej) => {
-                    run.finish().await;
-                    return Err(rej);
-                }
+            match url_required::questions(call, list, minter, declared, &presented.book, &stage) {
+                Ok(questions) => Concluded::Open(Open {
+                    questions,
+                    parkable: false,
+                }),
+                Err(rejection) => Concluded::Failed {
+                    rejection,
+                    clean: true,
+                },
             }
         }
         Ok(Captured::Final(msg)) => {
-            run.finish().await;
             let hint = (call.method == "resources/read").then(|| {
-                if is_retry {
+                if presented.is_retry {
                     translate::NO_CACHE
                 } else {
                     caller_hint(engine, cfg.caching.read)
                 }
             });
-            return final_result(engine, msg, call, &server_info, hint);
+            Concluded::Final(final_result(engine, msg, call, server_info, hint))
         }
-        Ok(Captured::NeedInput(questions)) => (questions, true),
-    };
-
-    let round_no = prior.as_ref().map_or(0, |p| p.rnd) + 1;
-    if round_no > cfg.state.max_rounds {
-        run.abandon("max_rounds").await;
-        return Err(max_rounds(engine, call, cfg.state.max_rounds));
+        Ok(Captured::NeedInput(questions)) => Concluded::Open(Open {
+            questions,
+            parkable: true,
+        }),
     }
+}
 
-    // Park the blocked call when the policy and the lot allow; otherwise cancel it.
-    let asked = asked(&questions);
+/// Parks the blocked call when the policy and the lot allow, otherwise cancels it (a call
+/// that already ended goes back to the pool). Returns the parking handle.
+async fn park_or_cancel(
+    s: &Serving<'_>,
+    run: Run<'_>,
+    open: Open,
+    minter: KeyMinter,
+    policy: ParkPolicy,
+) -> Result<Option<String>, Rejection> {
+    let (engine, call) = (s.engine, s.call);
+    let cfg = engine.config();
+    let Open {
+        questions,
+        parkable,
+    } = open;
+    let mut run = run;
     let parked = if !parkable {
         // The call already ended (-32042): its session is clean and reusable.
         run.finish().await;
@@ -377,111 +490,7 @@ async fn execute(
         run.abandon("the client must answer questions first").await;
         None
     };
-    let round = Round { asked, parked };
-    let (requests, token) =
-        input_round(engine, call, prior.as_ref(), &book, origin, now, round).await?;
-    Ok(translate::input_required(requests, token, &server_info))
-}
-
-/// The questions of one `input_required` round, and where the blocked call waits, if it does.
-struct Round {
-    /// Key, what the state remembers of the question, and the `inputRequests` entry.
-    asked: Vec<(String, Pending, Value)>,
-    /// The parking handle of the blocked legacy call.
-    parked: Option<String>,
-}
-
-fn asked(questions: &[Question]) -> Vec<(String, Pending, Value)> {
-    questions
-        .iter()
-        .map(|q| {
-            let pending = Pending {
-                kind: q.kind,
-                elicitation_id: q.elicitation_id.clone(),
-                shape: Some(q.shape.clone()),
-            };
-            (q.key.clone(), pending, q.request.clone())
-        })
-        .collect()
-}
-
-fn max_rounds(engine: &Engine, call: &Call, limit: u32) -> Rejection {
-    engine
-        .metrics
-        .max_rounds_exceeded
-        .with_label_values(&[method_label(&call.method)])
-        .inc();
-    Rejection::new(
-        RejectionKind::MaxRounds,
-        format!(
-            "{} asked for input in more than {limit} rounds (state.max_rounds); the legacy server does not converge, often because its questions change on every execution",
-            call.describe(),
-        ),
-    )
-}
-
-/// Seals the round's state and builds its `inputRequests`; returns them with the token.
-async fn input_round(
-    engine: &Engine,
-    call: &Call,
-    prior: Option<&StatePayload>,
-    book: &AnswerBook,
-    origin: &str,
-    now: u64,
-    round: Round,
-) -> Result<(Map<String, Value>, String), Rejection> {
-    let cfg = engine.config();
-    let round_no = prior.map_or(0, |p| p.rnd) + 1;
-    if round_no > cfg.state.max_rounds {
-        return Err(max_rounds(engine, call, cfg.state.max_rounds));
-    }
-    let mut payload = engine.codec.fresh_payload(&call.principal, origin, now);
-    payload.rnd = round_no;
-    payload.ans = book.carry();
-    let mut input_requests = Map::new();
-    for (key, pending, request) in round.asked {
-        payload.pnd.insert(key.clone(), pending);
-        input_requests.insert(key, request);
-    }
-    payload.park = round.parked.clone().map(|handle| ParkRef {
-        instance: engine.instance_id.clone(),
-        handle,
-    });
-
-    let (token, kid) = match engine.codec.seal(&payload) {
-        Ok(t) => t,
-        Err(e) => {
-            if let Some(handle) = round.parked
-                && let Some(r) = engine.parking.take(&handle, &call.principal).await
-            {
-                let _ = r
-                    .call
-                    .session
-                    .cancel(r.call.call_id, "state too large")
-                    .await;
-                r.call.session.close().await;
-            }
-            engine
-                .metrics
-                .limit_hits
-                .with_label_values(&["state_max_bytes"])
-                .inc();
-            return Err(state_size::rejection(
-                &engine.codec,
-                &call.describe(),
-                &payload,
-                e,
-            ));
-        }
-    };
-    engine.metrics.state_seals.with_label_values(&[&kid]).inc();
-    engine.metrics.state_bytes.observe(token.len() as f64);
-    engine
-        .metrics
-        .input_required
-        .with_label_values(&[method_label(&call.method)])
-        .inc();
-    Ok((input_requests, token))
+    Ok(parked)
 }
 
 /// Serves a method that is forwarded as is (lists, completion).

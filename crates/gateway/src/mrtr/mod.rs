@@ -2,14 +2,18 @@
 
 pub mod answers;
 pub mod at_most_once;
+pub mod call;
 pub mod deps;
 pub mod engine;
+mod gather;
 pub mod input_key;
 pub mod input_request;
 pub mod input_response;
 pub mod origin;
 pub mod parking;
+mod round;
 pub mod run;
 pub mod shape;
+mod start;
 pub mod state_size;
 pub mod url_required;

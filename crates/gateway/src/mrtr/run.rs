@@ -9,108 +9,31 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::sleep_until;
 use tokio_util::sync::CancellationToken;
 
 use super::answers::AnswerBook;
+pub use super::call::{Call, Sink};
 use super::deps::Engine;
+use super::gather::Gather;
 use super::input_key::KeyMinter;
 use super::input_request::{kind_of, missing_capability, to_input_request};
 use super::parking::{ParkedCall, Resumed};
 use super::shape::shape;
-use crate::caller_scope::CallerScope;
+pub use super::start::{Start, StartError};
 use crate::error::{Rejection, RejectionKind};
-use crate::legacy::http::HttpError;
 use crate::legacy::pool::{Lease, PoolKey};
-use crate::legacy::roots_refresh::{self, Observed};
-use crate::legacy::session::{Inbound, LegacySession, SessionError, StreamTag};
+use crate::legacy::roots_refresh;
+use crate::legacy::session::{Inbound, LegacySession, StreamTag};
 use crate::metrics::method_label;
 use crate::policy::Stage;
 use crate::state::InputKind;
 use crate::upstream_error::session_rejection;
 use mrtr_wire::capabilities::Declared;
 use mrtr_wire::jsonrpc::{self, ErrorObject, MessageKind, codes};
-use mrtr_wire::protocol::meta::{RequestMeta, log_level_rank};
-use mrtr_wire::protocol::methods::required_server_capability;
-
-/// One modern request, as the engine needs it.
-pub struct Call {
-    pub id: Value,
-    pub method: String,
-    pub params: Value,
-    pub meta: RequestMeta,
-    pub principal: String,
-    /// Whom this call's quotas count against (parked calls, single-use entries).
-    pub caller: crate::caller_scope::Caller,
-    /// Headers to send on every upstream request of this call (credentials, trace context).
-    pub upstream_headers: http::HeaderMap,
-    /// A digest of the credential forwarded upstream ("" when none is): part of the key
-    /// under which warm sessions are shared.
-    pub credential: String,
-}
-
-impl Call {
-    /// Whom the legacy sessions of this call work for.
-    pub fn scope(&self) -> CallerScope {
-        CallerScope::new(self.principal.clone(), self.credential.clone())
-    }
-
-    /// The tool or prompt name, or the resource URI.
-    pub fn target(&self) -> Option<&str> {
-        let member = match self.method.as_str() {
-            "resources/read" => "uri",
-            _ => "name",
-        };
-        self.params.get(member).and_then(Value::as_str)
-    }
-
-    /// "tool \"x\"", "prompt \"y\"", "resource \"z\"" for messages.
-    pub fn describe(&self) -> String {
-        let what = match self.method.as_str() {
-            "tools/call" => "tool",
-            "prompts/get" => "prompt",
-            "resources/read" => "resource",
-            other => other,
-        };
-        format!("{what} {:?}", self.target().unwrap_or("?"))
-    }
-}
-
-/// Where request-scoped notifications go: the client's SSE response, if it can take one.
-pub struct Sink {
-    tx: Option<mpsc::Sender<Value>>,
-    /// The call goes on without the client: a notification it can no longer take is dropped.
-    outlives_client: bool,
-}
-
-impl Sink {
-    pub fn new(tx: Option<mpsc::Sender<Value>>) -> Sink {
-        Sink {
-            tx,
-            outlives_client: false,
-        }
-    }
-
-    /// The same destination, for a call that must finish even if the client goes away (a
-    /// claimed retry, see `mrtr::at_most_once`).
-    pub fn outliving_client(&self) -> Sink {
-        Sink {
-            tx: self.tx.clone(),
-            outlives_client: true,
-        }
-    }
-
-    /// Sends a notification; `false` when the client has gone away (and the call should
-    /// stop with it).
-    async fn send(&self, msg: Value) -> bool {
-        match &self.tx {
-            Some(tx) => tx.send(msg).await.is_ok() || self.outlives_client,
-            None => true,
-        }
-    }
-}
+use mrtr_wire::protocol::meta::log_level_rank;
 
 /// One question the legacy server is waiting on.
 pub struct Question {
@@ -143,81 +66,8 @@ pub enum Captured {
     NeedInput(Vec<Question>),
 }
 
-/// When a round of questions closes (see `[mrtr] gather_window` / `gather_quiet`): once the
-/// server has been quiet for `quiet` since the last new question, but never later than
-/// `window` after the first — and, while a lagging `roots/list` may still come, not before.
-struct Gather {
-    window: std::time::Duration,
-    quiet: std::time::Duration,
-    first: Option<tokio::time::Instant>,
-    last: Option<tokio::time::Instant>,
-    /// The client declared roots, the session has a GET stream, and no `roots/list` has come.
-    awaiting_roots: bool,
-}
-
-impl Gather {
-    fn asked(&mut self, kind: InputKind) {
-        let now = tokio::time::Instant::now();
-        self.first.get_or_insert(now);
-        self.last = Some(now);
-        if kind == InputKind::Roots {
-            self.awaiting_roots = false;
-        }
-    }
-
-    /// A `roots/list` came, whatever becomes of it (answered, refused by the policy, asked).
-    fn roots_arrived(&mut self) {
-        self.awaiting_roots = false;
-    }
-
-    /// When the round closes, if a question is pending.
-    fn due(&self) -> Option<tokio::time::Instant> {
-        let first = self.first?;
-        let by_window = first + self.window;
-        if self.awaiting_roots {
-            return Some(by_window);
-        }
-        Some(by_window.min(self.last.unwrap_or(first) + self.quiet))
-    }
-}
-
-/// How a run began.
-pub enum Start<'g> {
-    /// The call is on its way.
-    Sent(Box<Run<'g>>),
-    /// Before the call went out, the reused session's server asked for roots that this
-    /// request's client must give (see [`crate::legacy::roots_refresh`]): that is the round's
-    /// question. The call was never sent and the session is closed, so nothing is parked.
-    Asked {
-        question: Question,
-        /// The identity of the server that asked.
-        server_info: Value,
-    },
-}
-
-/// The call id of a run whose call has not been sent yet.
-const NO_CALL: i64 = i64::MIN;
-
-/// Why a run could not start.
-pub struct StartError {
-    pub rejection: Rejection,
-    /// Whether the call may have reached the legacy server (then it may have run).
-    pub call_sent: bool,
-}
-
-/// Why the roots refresh before a call failed.
-enum Refresh {
-    Session(SessionError),
-    /// The server's `roots/list` could not be answered (a bad answer in the book).
-    Refused(Rejection),
-    /// The server's `roots/list` was refused (the policy, or a request the call may not make):
-    /// the server still holds the earlier client's roots, so this session must not serve the
-    /// call.
-    Stale,
-}
-
 /// What became of one server request.
-enum Handled {
+pub(super) enum Handled {
     /// Answered upstream: `ping`, or from the answers book.
     Answered,
     /// Refused upstream: unknown, out of place (a list, not a call), or by the policy.
@@ -228,38 +78,15 @@ enum Handled {
 
 /// A legacy session with the modern request's call in flight.
 pub struct Run<'g> {
-    engine: &'g Engine,
+    pub(super) engine: &'g Engine,
     /// Where the session goes back after a clean completion.
-    pool_key: PoolKey,
-    session: Option<LegacySession>,
-    inbound: mpsc::Receiver<Inbound>,
-    call_id: i64,
-    backlog: std::collections::VecDeque<Inbound>,
+    pub(super) pool_key: PoolKey,
+    pub(super) session: Option<LegacySession>,
+    pub(super) inbound: mpsc::Receiver<Inbound>,
+    pub(super) call_id: i64,
+    pub(super) backlog: std::collections::VecDeque<Inbound>,
     /// The server has asked this session for roots (it may have cached them).
-    roots_asked: bool,
-}
-
-/// The call's params as the legacy server should see them: no MRTR members, and of `_meta`
-/// only what legacy servers understand (progress token, trace context).
-fn legacy_params(params: &Value) -> Value {
-    let mut p = params.as_object().cloned().unwrap_or_default();
-    p.remove("inputResponses");
-    p.remove("requestState");
-    if let Some(Value::Object(meta)) = p.remove("_meta") {
-        let kept: Map<String, Value> = meta
-            .into_iter()
-            .filter(|(k, _)| {
-                matches!(
-                    k.as_str(),
-                    "progressToken" | "traceparent" | "tracestate" | "baggage"
-                )
-            })
-            .collect();
-        if !kept.is_empty() {
-            p.insert("_meta".into(), Value::Object(kept));
-        }
-    }
-    Value::Object(p)
+    pub(super) roots_asked: bool,
 }
 
 fn call_timeout(call: &Call) -> Rejection {
@@ -280,200 +107,6 @@ fn client_gone() -> Rejection {
 }
 
 impl<'g> Run<'g> {
-    /// Takes a session declaring `declared` (a warm one, or a new one), checks that its server
-    /// offers the method, makes a reused session ask for this client's roots when it may hold
-    /// an earlier client's (MRTR methods only; the server's `roots/list` is handled as `mode`
-    /// handles any server request), and sends the call — on one fresh session if the server
-    /// forgot the first before the call arrived. On failure, says whether the call may have
-    /// reached the legacy server.
-    pub async fn start(
-        engine: &'g Engine,
-        call: &Call,
-        declared: &Declared,
-        mode: &mut Mode<'_>,
-    ) -> Result<Start<'g>, StartError> {
-        let params = legacy_params(&call.params);
-        let pool_key = PoolKey::new(&call.scope(), declared);
-        let not_sent = |rejection| StartError {
-            rejection,
-            call_sent: false,
-        };
-        for attempt in 0..2 {
-            // A warm session first; after a 404, always a fresh one.
-            let lease = if attempt == 0 {
-                engine
-                    .sessions
-                    .checkout(&pool_key, declared, call.upstream_headers.clone())
-                    .await
-            } else {
-                engine
-                    .sessions
-                    .open(declared, call.upstream_headers.clone())
-                    .await
-                    .map(|(session, inbound)| Lease::fresh(session, inbound))
-            }
-            .map_err(not_sent)?;
-            let mut run = Run {
-                engine,
-                pool_key: pool_key.clone(),
-                roots_asked: lease.roots_asked,
-                session: Some(lease.session),
-                inbound: lease.inbound,
-                call_id: NO_CALL,
-                backlog: Default::default(),
-            };
-            // Routing: the method must be offered by the session that would serve it — this
-            // caller's own — not by whatever another caller's session once answered.
-            if let Some(cap) = required_server_capability(&call.method)
-                && run
-                    .init_result()
-                    .pointer(&format!("/capabilities/{cap}"))
-                    .is_none()
-            {
-                run.finish().await;
-                return Err(not_sent(Rejection::method_not_found(&call.method)));
-            }
-            if let Some(level) = &call.meta.log_level
-                && run.init_result().pointer("/capabilities/logging").is_some()
-            {
-                // Per-call session: a session-wide level is this request's level.
-                let _ = run
-                    .session_mut()
-                    .request("logging/setLevel", Some(json!({"level": level})))
-                    .await;
-            }
-            match run.refresh_roots(call, declared, mode).await {
-                Ok(None) => {}
-                Ok(Some(question)) => {
-                    let server_info = crate::translate::server_info(Some(run.init_result()));
-                    run.close().await;
-                    return Ok(Start::Asked {
-                        question,
-                        server_info,
-                    });
-                }
-                Err(Refresh::Session(SessionError::Expired)) if attempt == 0 => {
-                    tracing::info!("legacy session expired before the call; re-initializing once");
-                    run.discard_expired();
-                    continue;
-                }
-                Err(Refresh::Session(e)) => {
-                    run.close().await;
-                    return Err(not_sent(session_rejection(&e)));
-                }
-                Err(Refresh::Refused(rejection)) => {
-                    run.close().await;
-                    return Err(not_sent(rejection));
-                }
-                Err(Refresh::Stale) if attempt == 0 => {
-                    // The server kept the earlier client's roots: serve this call on a fresh
-                    // session, which has none.
-                    tracing::info!(
-                        "a reused legacy session's roots/list was refused; the call goes to a fresh session"
-                    );
-                    run.close().await;
-                    continue;
-                }
-                Err(Refresh::Stale) => {
-                    run.close().await;
-                    return Err(not_sent(Rejection::new(
-                        RejectionKind::UpstreamProtocolError,
-                        "a fresh legacy session still needed its roots refreshed",
-                    )));
-                }
-            }
-            match run
-                .session_mut()
-                .request(&call.method, Some(params.clone()))
-                .await
-            {
-                Ok(call_id) => {
-                    run.call_id = call_id;
-                    return Ok(Start::Sent(Box::new(run)));
-                }
-                Err(SessionError::Expired) if attempt == 0 => {
-                    tracing::info!("legacy session expired before the call; re-initializing once");
-                    run.discard_expired();
-                }
-                Err(e) => {
-                    run.close().await;
-                    // A refused connection never carried the call; anything later might have.
-                    let call_sent = !matches!(
-                        e,
-                        SessionError::Http(HttpError::Connect(_) | HttpError::Tls { .. })
-                    );
-                    return Err(StartError {
-                        rejection: session_rejection(&e),
-                        call_sent,
-                    });
-                }
-            }
-        }
-        Err(not_sent(Rejection::new(
-            RejectionKind::UpstreamSessionExpired,
-            "the legacy server expired two fresh sessions in a row",
-        )))
-    }
-
-    /// Before the call of an MRTR request declaring roots, on a reused session whose server
-    /// has asked an earlier client for roots: `notifications/roots/list_changed`, then (unless
-    /// this upstream was learned to ignore it) a bounded wait for the server's `roots/list`,
-    /// which is answered from the answers book or becomes this request's question.
-    async fn refresh_roots(
-        &mut self,
-        call: &Call,
-        declared: &Declared,
-        mode: &mut Mode<'_>,
-    ) -> Result<Option<Question>, Refresh> {
-        if !(self.roots_asked && declared.roots && matches!(mode, Mode::Mrtr { .. })) {
-            return Ok(None);
-        }
-        let cfg = self.engine.config();
-        let memory = self.engine.sessions.pool().roots_memory();
-        let probes = cfg.pool.roots_refresh_probes;
-        let wait = if memory.should_wait(probes) {
-            cfg.pool.roots_refresh_wait
-        } else {
-            std::time::Duration::ZERO
-        };
-        let session = self
-            .session
-            .as_ref()
-            .expect("session is open while the run lives");
-        let asked =
-            roots_refresh::notify_and_wait(session, &mut self.inbound, &mut self.backlog, wait)
-                .await
-                .map_err(Refresh::Session)?;
-        let counter = &self.engine.metrics.roots_refreshes;
-        let Some(msg) = asked else {
-            if wait.is_zero() {
-                counter.with_label_values(&["not_waited"]).inc();
-            } else {
-                counter.with_label_values(&["timeout"]).inc();
-                if memory.record(Observed::Timeout, probes) {
-                    tracing::info!(
-                        waits = probes,
-                        "the legacy server never asked for roots again after notifications/roots/list_changed; \
-                         no longer waiting for it on reused sessions (until the next reload). If it caches \
-                         roots per session, use pool.mode = \"per-call\""
-                    );
-                }
-            }
-            return Ok(None);
-        };
-        counter.with_label_values(&["reasked"]).inc();
-        memory.record(Observed::Reasked, probes);
-        match self
-            .on_server_request(call, &msg, mode)
-            .await
-            .map_err(Refresh::Refused)?
-        {
-            Handled::Answered => Ok(None),
-            Handled::Asked(question) => Ok(Some(question)),
-            Handled::Refused => Err(Refresh::Stale),
-        }
-    }
-
     /// A run rebuilt from a parked call; returns it with the questions the server is still
     /// waiting on and the key minter of that execution.
     pub fn resumed(engine: &'g Engine, r: Resumed) -> (Run<'g>, Vec<Question>, KeyMinter) {
@@ -507,21 +140,21 @@ impl<'g> Run<'g> {
             .expect("session is open while the run lives")
     }
 
-    fn session_mut(&mut self) -> &mut LegacySession {
+    pub(super) fn session_mut(&mut self) -> &mut LegacySession {
         self.session
             .as_mut()
             .expect("session is open while the run lives")
     }
 
     /// Ends a session on which no call was sent.
-    async fn close(&mut self) {
+    pub(super) async fn close(&mut self) {
         if let Some(s) = self.session.take() {
             s.close().await;
         }
     }
 
     /// Drops a session the server has already forgotten.
-    fn discard_expired(&mut self) {
+    pub(super) fn discard_expired(&mut self) {
         if let Some(s) = self.session.take() {
             s.discard_expired();
         }
@@ -723,7 +356,7 @@ impl<'g> Run<'g> {
     }
 
     /// Handles one server request. Returns a question when the client must answer it.
-    async fn on_server_request(
+    pub(super) async fn on_server_request(
         &self,
         call: &Call,
         msg: &Value,
@@ -861,53 +494,5 @@ impl<'g> Run<'g> {
             _ => {}
         }
         true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    fn gather(awaiting_roots: bool) -> Gather {
-        Gather {
-            window: Duration::from_millis(100),
-            quiet: Duration::from_millis(2),
-            first: None,
-            last: None,
-            awaiting_roots,
-        }
-    }
-
-    #[test]
-    fn a_round_closes_after_the_quiet_period_unless_roots_may_still_come() {
-        let mut g = gather(false);
-        assert!(g.due().is_none(), "no question, no round");
-        g.asked(InputKind::ElicitForm);
-        let first = g.first.unwrap();
-        assert_eq!(g.due(), Some(first + Duration::from_millis(2)));
-
-        let mut g = gather(true);
-        g.asked(InputKind::ElicitForm);
-        let first = g.first.unwrap();
-        assert_eq!(
-            g.due(),
-            Some(first + Duration::from_millis(100)),
-            "waits for a lagging roots/list"
-        );
-        g.asked(InputKind::Roots);
-        let last = g.last.unwrap();
-        assert_eq!(
-            g.due(),
-            Some((last + Duration::from_millis(2)).min(first + Duration::from_millis(100)))
-        );
-
-        // A roots/list that never becomes a question (refused by the policy, or answered
-        // from an earlier round) also ends the wait for it.
-        let mut g = gather(true);
-        g.asked(InputKind::ElicitForm);
-        let first = g.first.unwrap();
-        g.roots_arrived();
-        assert_eq!(g.due(), Some(first + Duration::from_millis(2)));
     }
 }
