@@ -12,6 +12,7 @@
 
 mod admin;
 pub mod call_rule;
+mod check;
 mod duration;
 pub mod env;
 mod legacy_clients;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use base64::Engine;
 
 pub use admin::AdminConfig;
+use check::{bounded_duration, duration, in_range, nonzero_duration, positive_size, resolve};
 pub use duration::parse_duration;
 pub use legacy_clients::LegacyClientsConfig;
 use raw::RawConfig;
@@ -838,48 +840,6 @@ fn subscriptions_config(raw: &raw::RawSubscriptions) -> Result<SubscriptionsConf
     })
 }
 
-fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
-    parse_duration(text).map_err(|m| ConfigError::new(key, m))
-}
-
-/// A duration greater than zero and at most `max`.
-fn bounded_duration(key: &str, text: &str, max: Duration) -> Result<Duration, ConfigError> {
-    let d = nonzero_duration(key, text)?;
-    if d > max {
-        return Err(ConfigError::new(
-            key,
-            format!("must be at most {}", humantime::format_duration(max)),
-        ));
-    }
-    Ok(d)
-}
-
-/// A count between `min` and `max`, inclusive.
-fn in_range(key: &str, n: u64, min: u64, max: u64) -> Result<usize, ConfigError> {
-    if n < min || n > max {
-        return Err(ConfigError::new(
-            key,
-            format!("must be between {min} and {max}"),
-        ));
-    }
-    usize::try_from(n).map_err(|_| ConfigError::new(key, "too large"))
-}
-
-fn nonzero_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
-    let d = duration(key, text)?;
-    if d.is_zero() {
-        return Err(ConfigError::new(key, "must be greater than zero"));
-    }
-    Ok(d)
-}
-
-fn positive_size(key: &str, n: u64) -> Result<usize, ConfigError> {
-    if n == 0 {
-        return Err(ConfigError::new(key, "must be greater than zero"));
-    }
-    usize::try_from(n).map_err(|_| ConfigError::new(key, "too large"))
-}
-
 fn cache_hint(prefix: &str, ttl: &str, scope: &str) -> Result<CacheHint, ConfigError> {
     let ttl = duration(&format!("{prefix}_ttl"), ttl)?;
     let scope = match scope {
@@ -1264,14 +1224,6 @@ pub fn load_keys_dir(dir: &Path) -> Result<Vec<StateKeySpec>, ConfigError> {
         keys.insert(0, k);
     }
     Ok(keys)
-}
-
-fn resolve(base_dir: Option<&Path>, file: &str) -> PathBuf {
-    let p = Path::new(file);
-    match base_dir {
-        Some(dir) if p.is_relative() => dir.join(p),
-        _ => p.to_path_buf(),
-    }
 }
 
 #[cfg(test)]
