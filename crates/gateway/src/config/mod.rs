@@ -16,21 +16,24 @@ mod check;
 mod duration;
 pub mod env;
 mod legacy_clients;
+mod listen;
 pub mod new_key;
 pub mod raw;
 pub mod redact;
+mod tls;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine;
 
 pub use admin::AdminConfig;
-use check::{bounded_duration, duration, in_range, nonzero_duration, positive_size, resolve};
+use check::{duration, in_range, nonzero_duration, positive_size, resolve};
 pub use duration::parse_duration;
 pub use legacy_clients::LegacyClientsConfig;
+pub use listen::ListenConfig;
 use raw::RawConfig;
+pub use tls::{ClientAuth, TlsConfig};
 
 /// The secret printed in `config/gateway.toml`; public, so never fit for production.
 pub const EXAMPLE_SECRET: &str = "AEarFVUsENTN8apT0+NBD/WiFLYe0+IDHCIEZpsSwGs=";
@@ -178,41 +181,6 @@ impl call_rule::CallRule for ParkingRule {
     fn name(&self) -> Option<&str> {
         self.name.as_deref()
     }
-}
-
-#[derive(Debug, Clone)]
-pub struct ListenConfig {
-    pub addr: SocketAddr,
-    pub path: String,
-    pub max_body_bytes: usize,
-    /// `Origin` values accepted (exact match, e.g. "https://app.example"); empty: only requests
-    /// without an `Origin` header, or whose `Origin` is a loopback origin, are accepted.
-    pub allowed_origins: Vec<String>,
-    pub header_read_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub max_concurrent_requests: usize,
-    /// Longest time a request body may take to arrive, from its headers to its last byte.
-    pub body_read_timeout: Duration,
-    /// Client connections open at once, and from one source address.
-    pub max_connections: usize,
-    pub max_connections_per_source: usize,
-    /// HTTP/2 streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
-    pub http2_max_concurrent_streams: u32,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientAuth {
-    None,
-    Optional,
-    Required,
-}
-
-#[derive(Debug, Clone)]
-pub struct TlsConfig {
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
-    pub client_ca_file: Option<PathBuf>,
-    pub client_auth: ClientAuth,
 }
 
 #[derive(Debug, Clone)]
@@ -431,69 +399,7 @@ impl Config {
 
     /// Validates a raw configuration into typed values.
     pub fn from_raw(raw: RawConfig, base_dir: Option<&Path>) -> Result<Config, ConfigError> {
-        let listen = ListenConfig {
-            addr: raw.listen.addr.parse().map_err(|_| {
-                ConfigError::new(
-                    "listen.addr",
-                    format!(
-                        "not a socket address: {:?} (expected e.g. \"127.0.0.1:8080\")",
-                        raw.listen.addr
-                    ),
-                )
-            })?,
-            path: {
-                if !raw.listen.path.starts_with('/') {
-                    return Err(ConfigError::new("listen.path", "must start with '/'"));
-                }
-                raw.listen.path.clone()
-            },
-            max_body_bytes: positive_size("listen.max_body_bytes", raw.listen.max_body_bytes)?,
-            allowed_origins: {
-                for (i, o) in raw.listen.allowed_origins.iter().enumerate() {
-                    let ok =
-                        url::Url::parse(o).is_ok_and(|u| u.origin().ascii_serialization() == *o);
-                    if !ok {
-                        return Err(ConfigError::new(
-                            format!("listen.allowed_origins[{i}]"),
-                            format!("{o:?} is not an origin (scheme://host[:port], no path)"),
-                        ));
-                    }
-                }
-                raw.listen.allowed_origins.clone()
-            },
-            header_read_timeout: nonzero_duration(
-                "listen.header_read_timeout",
-                &raw.listen.header_read_timeout,
-            )?,
-            idle_timeout: nonzero_duration("listen.idle_timeout", &raw.listen.idle_timeout)?,
-            max_concurrent_requests: positive_size(
-                "listen.max_concurrent_requests",
-                raw.listen.max_concurrent_requests,
-            )?,
-            body_read_timeout: bounded_duration(
-                "listen.body_read_timeout",
-                &raw.listen.body_read_timeout,
-                Duration::from_secs(600),
-            )?,
-            max_connections: in_range(
-                "listen.max_connections",
-                raw.listen.max_connections,
-                1,
-                1_000_000,
-            )?,
-            max_connections_per_source: in_range(
-                "listen.max_connections_per_source",
-                raw.listen.max_connections_per_source,
-                1,
-                1_000_000,
-            )?,
-            http2_max_concurrent_streams: in_range(
-                "listen.http2_max_concurrent_streams",
-                raw.listen.http2_max_concurrent_streams,
-                1,
-                10_000,
-            )? as u32,
-        };
+        let listen = listen::listen_config(&raw.listen)?;
 
         let transport = match raw.upstream.transport.as_str() {
             "streamable-http" => UpstreamTransport::StreamableHttp,
@@ -632,7 +538,7 @@ impl Config {
             },
         };
         let admin = admin::admin_config(&raw.admin)?;
-        let tls = tls_config(&raw.tls, base_dir)?;
+        let tls = tls::tls_config(&raw.tls, base_dir)?;
         let drain = DrainConfig {
             readiness_delay: duration("drain.readiness_delay", &raw.drain.readiness_delay)?,
             deadline: nonzero_duration("drain.deadline", &raw.drain.deadline)?,
@@ -1096,76 +1002,6 @@ fn upstream_tls(
     UpstreamTls::load(&files)
         .map(Some)
         .map_err(|e| ConfigError::new(e.key, e.message))
-}
-
-fn tls_config(
-    raw: &raw::RawTls,
-    base_dir: Option<&Path>,
-) -> Result<Option<TlsConfig>, ConfigError> {
-    let client_auth = match raw.client_auth.as_str() {
-        "none" => ClientAuth::None,
-        "optional" => ClientAuth::Optional,
-        "required" => ClientAuth::Required,
-        other => {
-            return Err(ConfigError::new(
-                "tls.client_auth",
-                format!("must be \"none\", \"optional\" or \"required\", not {other:?}"),
-            ));
-        }
-    };
-    let (cert, key) = match (&raw.cert_file, &raw.key_file) {
-        (None, None) => {
-            if raw.client_ca_file.is_some() || client_auth != ClientAuth::None {
-                return Err(ConfigError::new(
-                    "tls.cert_file",
-                    "client certificates need front TLS: set tls.cert_file and tls.key_file",
-                ));
-            }
-            return Ok(None);
-        }
-        (Some(c), Some(k)) => (resolve(base_dir, c), resolve(base_dir, k)),
-        (Some(_), None) => {
-            return Err(ConfigError::new(
-                "tls.key_file",
-                "required with tls.cert_file",
-            ));
-        }
-        (None, Some(_)) => {
-            return Err(ConfigError::new(
-                "tls.cert_file",
-                "required with tls.key_file",
-            ));
-        }
-    };
-    for (key_name, path) in [("tls.cert_file", &cert), ("tls.key_file", &key)] {
-        if !path.is_file() {
-            return Err(ConfigError::new(
-                key_name,
-                format!("cannot read {}", path.display()),
-            ));
-        }
-    }
-    let client_ca_file = raw.client_ca_file.as_ref().map(|f| resolve(base_dir, f));
-    if let Some(ca) = &client_ca_file
-        && !ca.is_file()
-    {
-        return Err(ConfigError::new(
-            "tls.client_ca_file",
-            format!("cannot read {}", ca.display()),
-        ));
-    }
-    if client_auth != ClientAuth::None && client_ca_file.is_none() {
-        return Err(ConfigError::new(
-            "tls.client_ca_file",
-            "required when tls.client_auth is \"optional\" or \"required\"",
-        ));
-    }
-    Ok(Some(TlsConfig {
-        cert_file: cert,
-        key_file: key,
-        client_ca_file,
-        client_auth,
-    }))
 }
 
 /// Loads a key ring from a directory (a mounted Kubernetes Secret, typically).
