@@ -18,6 +18,8 @@ pub mod env;
 mod legacy_clients;
 mod listen;
 pub mod new_key;
+mod parking;
+mod pool;
 pub mod raw;
 pub mod redact;
 mod state;
@@ -28,10 +30,12 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use admin::AdminConfig;
-use check::{duration, in_range, nonzero_duration, positive_size};
+use check::{duration, nonzero_duration};
 pub use duration::parse_duration;
 pub use legacy_clients::LegacyClientsConfig;
 pub use listen::ListenConfig;
+pub use parking::{ParkPolicy, ParkingConfig, ParkingRule};
+pub use pool::{PoolConfig, PoolMode};
 use raw::RawConfig;
 pub use state::{StateConfig, StateKeySpec, decode_secret, load_keys_dir, valid_key_id};
 pub use tls::{ClientAuth, TlsConfig};
@@ -107,79 +111,6 @@ pub struct SubscriptionsConfig {
     pub max_streams_per_principal: usize,
     /// URIs one listen request may subscribe to.
     pub max_resource_subscriptions: usize,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PoolMode {
-    /// Keep sessions warm between calls (checked out by one call at a time).
-    Pooled,
-    /// A fresh session per call, closed after it.
-    PerCall,
-}
-
-#[derive(Debug, Clone)]
-pub struct PoolConfig {
-    pub mode: PoolMode,
-    pub max_idle_per_key: usize,
-    pub max_idle: usize,
-    pub idle_timeout: Duration,
-    /// Sessions opened into the pool at start (`pool.warm_up`), declaring `warm_up_declared`.
-    pub warm_up: usize,
-    pub warm_up_declared: crate::legacy::capabilities::Declared,
-    /// Longest wait, after `notifications/roots/list_changed` on a reused session, for the
-    /// server's `roots/list` before the call is sent (zero: never wait).
-    pub roots_refresh_wait: Duration,
-    /// Waits in a row that may time out, with no re-ask ever seen, before the gateway stops
-    /// waiting on this upstream (until the next reload).
-    pub roots_refresh_probes: u32,
-}
-
-/// What happens to a blocked legacy call when the gateway returns `input_required`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ParkPolicy {
-    /// Keep it alive on this replica; a retry elsewhere (or after expiry) replays.
-    ParkThenReplay,
-    /// Never park: every retry replays.
-    Replay,
-    /// Park, and never re-execute: if the parked call is gone, the retry fails.
-    ParkOnly,
-}
-
-#[derive(Debug, Clone)]
-pub struct ParkingRule {
-    pub method: String,
-    /// Tool or prompt name, or resource URI; `None` matches every call of `method`.
-    pub name: Option<String>,
-    pub policy: ParkPolicy,
-}
-
-#[derive(Debug, Clone)]
-pub struct ParkingConfig {
-    pub default_policy: ParkPolicy,
-    pub max_calls: usize,
-    pub max_per_principal: usize,
-    pub ttl: Duration,
-    pub max_buffered_bytes: usize,
-    /// Stdio children parking never takes: calls may park only while at least this many of
-    /// `upstream.stdio_max_children` stay out of the parking lot, for fresh calls.
-    pub stdio_reserved_children: usize,
-    pub rules: Vec<ParkingRule>,
-}
-
-impl ParkingConfig {
-    /// The policy for a call (`name` is the tool / prompt name or the resource URI).
-    pub fn policy_for(&self, method: &str, name: Option<&str>) -> ParkPolicy {
-        call_rule::first_match(&self.rules, method, name).map_or(self.default_policy, |r| r.policy)
-    }
-}
-
-impl call_rule::CallRule for ParkingRule {
-    fn method(&self) -> &str {
-        &self.method
-    }
-    fn name(&self) -> Option<&str> {
-        self.name.as_deref()
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -380,45 +311,11 @@ impl Config {
                 ));
             },
         };
-        let parking = parking_config(&raw.parking, state.ttl, upstream.stdio.max_children)?;
-        let pool = PoolConfig {
-            mode: match raw.pool.mode.as_str() {
-                "pooled" => PoolMode::Pooled,
-                "per-call" => PoolMode::PerCall,
-                other => {
-                    return Err(ConfigError::new(
-                        "pool.mode",
-                        format!("must be \"pooled\" or \"per-call\", not {other:?}"),
-                    ));
-                }
-            },
-            max_idle_per_key: usize::try_from(raw.pool.max_idle_per_key).unwrap_or(usize::MAX),
-            max_idle: usize::try_from(raw.pool.max_idle).unwrap_or(usize::MAX),
-            idle_timeout: nonzero_duration("pool.idle_timeout", &raw.pool.idle_timeout)?,
-            warm_up: usize::try_from(raw.pool.warm_up).unwrap_or(usize::MAX),
-            warm_up_declared: warm_up_declared(&raw.pool.warm_up_capabilities)?,
-            roots_refresh_wait: {
-                let d = duration("pool.roots_refresh_wait", &raw.pool.roots_refresh_wait)?;
-                if d > Duration::from_secs(60) {
-                    return Err(ConfigError::new(
-                        "pool.roots_refresh_wait",
-                        "must be between \"0s\" and \"60s\"",
-                    ));
-                }
-                d
-            },
-            roots_refresh_probes: match raw.pool.roots_refresh_probes {
-                n @ 1..=1000 => n as u32,
-                _ => {
-                    return Err(ConfigError::new(
-                        "pool.roots_refresh_probes",
-                        "must be between 1 and 1000",
-                    ));
-                }
-            },
-        };
+        let parking =
+            parking::parking_config(&raw.parking, state.ttl, upstream.stdio.max_children)?;
+        let pool = pool::pool_config(&raw.pool)?;
         let auth = crate::auth::config::AuthConfig::from_raw(&raw.auth, base_dir)?;
-        check_warm_up(&pool, &auth)?;
+        pool::check_warm_up(&pool, &auth)?;
         let single_use = crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir)?;
         let subscriptions = subscriptions_config(&raw.subscriptions)?;
         let policy = crate::policy::PolicyConfig::from_raw(&raw.policy)?;
@@ -463,78 +360,6 @@ fn redact(raw: &mut RawConfig) {
         *u = redact::redacted_url_text(u);
     }
     raw.upstream.url = redact::redacted_url_text(&raw.upstream.url);
-}
-
-/// The capability set warm sessions declare: names of what a modern client declares.
-fn warm_up_declared(
-    names: &[String],
-) -> Result<crate::legacy::capabilities::Declared, ConfigError> {
-    let mut d = crate::legacy::capabilities::Declared::default();
-    for name in names {
-        match name.as_str() {
-            "roots" => d.roots = true,
-            "sampling" => d.sampling = true,
-            "sampling.tools" => {
-                d.sampling = true;
-                d.sampling_tools = true;
-            }
-            "sampling.context" => {
-                d.sampling = true;
-                d.sampling_context = true;
-            }
-            "elicitation" | "elicitation.form" => d.elicit_form = true,
-            "elicitation.url" => d.elicit_url = true,
-            other => {
-                return Err(ConfigError::new(
-                    "pool.warm_up_capabilities",
-                    format!(
-                        "unknown capability {other:?}; use roots, sampling, sampling.tools, \
-                         sampling.context, elicitation (or elicitation.form), elicitation.url"
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(d)
-}
-
-/// Warm sessions are keyed like any pooled session (principal, capabilities, forwarded
-/// credential), so they are only useful where the key is known before any request arrives.
-fn check_warm_up(
-    pool: &PoolConfig,
-    auth: &crate::auth::config::AuthConfig,
-) -> Result<(), ConfigError> {
-    use crate::auth::config::ModeConfig;
-    use crate::auth::upstream_credentials::UpstreamCredentials;
-    if pool.warm_up == 0 {
-        return Ok(());
-    }
-    let why = if pool.mode == PoolMode::PerCall {
-        Some("needs pool.mode = \"pooled\"".to_string())
-    } else if pool.warm_up > pool.max_idle_per_key.min(pool.max_idle) {
-        Some(format!(
-            "must not exceed pool.max_idle_per_key ({}) or pool.max_idle ({})",
-            pool.max_idle_per_key, pool.max_idle
-        ))
-    } else if !matches!(auth.mode, ModeConfig::None) {
-        Some(
-            "needs auth.mode = \"none\": sessions are pooled per principal, unknown before a \
-             request arrives"
-                .to_string(),
-        )
-    } else if matches!(auth.upstream, UpstreamCredentials::Forward) {
-        Some(
-            "cannot be used with auth.upstream_credentials = \"forward\": sessions are pooled \
-             per forwarded credential"
-                .to_string(),
-        )
-    } else {
-        None
-    };
-    match why {
-        Some(message) => Err(ConfigError::new("pool.warm_up", message)),
-        None => Ok(()),
-    }
 }
 
 fn subscriptions_config(raw: &raw::RawSubscriptions) -> Result<SubscriptionsConfig, ConfigError> {
@@ -584,72 +409,6 @@ fn cache_hint(prefix: &str, ttl: &str, scope: &str) -> Result<CacheHint, ConfigE
         }
     };
     Ok(CacheHint { ttl, scope })
-}
-
-fn park_policy(key: &str, text: &str) -> Result<ParkPolicy, ConfigError> {
-    match text {
-        "park-then-replay" => Ok(ParkPolicy::ParkThenReplay),
-        "replay" => Ok(ParkPolicy::Replay),
-        "park-only" => Ok(ParkPolicy::ParkOnly),
-        other => Err(ConfigError::new(
-            key,
-            format!("must be \"park-then-replay\", \"replay\" or \"park-only\", not {other:?}"),
-        )),
-    }
-}
-
-fn parking_config(
-    raw: &raw::RawParking,
-    state_ttl: Duration,
-    stdio_max_children: usize,
-) -> Result<ParkingConfig, ConfigError> {
-    // Unset: two minutes, or the state TTL if that is shorter.
-    let ttl = if raw.ttl.is_empty() {
-        state_ttl.min(Duration::from_secs(120))
-    } else {
-        nonzero_duration("parking.ttl", &raw.ttl)?
-    };
-    if ttl > state_ttl {
-        return Err(ConfigError::new(
-            "parking.ttl",
-            "must not exceed state.ttl (a parked call cannot outlive the state that refers to it)",
-        ));
-    }
-    let mut rules = Vec::with_capacity(raw.rules.len());
-    for (i, r) in raw.rules.iter().enumerate() {
-        if !matches!(
-            r.method.as_str(),
-            "tools/call" | "prompts/get" | "resources/read"
-        ) {
-            return Err(ConfigError::new(
-                format!("parking.rules[{i}].method"),
-                "must be tools/call, prompts/get or resources/read",
-            ));
-        }
-        rules.push(ParkingRule {
-            method: r.method.clone(),
-            name: r.name.clone(),
-            policy: park_policy(&format!("parking.rules[{i}].policy"), &r.policy)?,
-        });
-    }
-    Ok(ParkingConfig {
-        default_policy: park_policy("parking.default_policy", &raw.default_policy)?,
-        max_calls: usize::try_from(raw.max_calls).unwrap_or(usize::MAX),
-        max_per_principal: usize::try_from(raw.max_per_principal).unwrap_or(usize::MAX),
-        ttl,
-        max_buffered_bytes: positive_size("parking.max_buffered_bytes", raw.max_buffered_bytes)?,
-        // Unset: a quarter of the children, at least one.
-        stdio_reserved_children: match raw.stdio_reserved_children {
-            None => (stdio_max_children / 4).max(1).min(stdio_max_children),
-            Some(n) => in_range(
-                "parking.stdio_reserved_children",
-                n,
-                0,
-                stdio_max_children as u64,
-            )?,
-        },
-        rules,
-    })
 }
 
 #[cfg(test)]
