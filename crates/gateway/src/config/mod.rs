@@ -11,33 +11,45 @@
 //! from the environment); the binary turns it into exit status 64.
 
 mod admin;
+mod caching;
 pub mod call_rule;
 mod check;
+mod discover;
+mod drain;
 mod duration;
 pub mod env;
 mod legacy_clients;
 mod listen;
+mod log;
+mod mrtr;
 pub mod new_key;
 mod parking;
 mod pool;
 pub mod raw;
 pub mod redact;
+mod replica;
 mod state;
+mod subscriptions;
 mod tls;
 mod upstream;
 
 use std::path::Path;
-use std::time::Duration;
 
 pub use admin::AdminConfig;
-use check::{duration, nonzero_duration};
+pub use caching::{CacheHint, CacheScope, CachingConfig};
+pub use discover::DiscoverConfig;
+pub use drain::DrainConfig;
 pub use duration::parse_duration;
 pub use legacy_clients::LegacyClientsConfig;
 pub use listen::ListenConfig;
+pub use log::{LogConfig, LogFormat};
+pub use mrtr::MrtrConfig;
 pub use parking::{ParkPolicy, ParkingConfig, ParkingRule};
 pub use pool::{PoolConfig, PoolMode};
 use raw::RawConfig;
+pub use replica::ReplicaConfig;
 pub use state::{StateConfig, StateKeySpec, decode_secret, load_keys_dir, valid_key_id};
+pub use subscriptions::SubscriptionsConfig;
 pub use tls::{ClientAuth, TlsConfig};
 pub use upstream::{LEGACY_VERSIONS, StdioConfig, UpstreamConfig, UpstreamTransport};
 
@@ -98,88 +110,6 @@ pub struct Config {
     /// What a legacy server may ask the client (`[policy]`).
     pub policy: crate::policy::PolicyConfig,
     pub legacy_clients: LegacyClientsConfig,
-}
-
-/// `subscriptions/listen` streams.
-#[derive(Debug, Clone)]
-pub struct SubscriptionsConfig {
-    /// Interval between `: keep-alive` comments on an idle listen stream.
-    pub keepalive: Duration,
-    /// Listen streams open at once on this replica.
-    pub max_streams: usize,
-    /// Listen streams one principal may hold open at once.
-    pub max_streams_per_principal: usize,
-    /// URIs one listen request may subscribe to.
-    pub max_resource_subscriptions: usize,
-}
-
-#[derive(Debug, Clone)]
-pub struct DrainConfig {
-    /// After SIGTERM, how long `/readyz` reports 503 before the listener stops accepting.
-    pub readiness_delay: Duration,
-    /// How long in-flight requests may take to finish after that.
-    pub deadline: Duration,
-}
-
-#[derive(Debug, Clone)]
-pub struct ReplicaConfig {
-    /// This process's instance id; `None` means generate one at start.
-    pub id: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct MrtrConfig {
-    pub gather_window: Duration,
-    pub gather_quiet: Duration,
-}
-
-/// `[discover]`. Deprecated: `refresh` is still validated (so an old file keeps loading, and
-/// a bad value is still named) but has no effect since `server/discover` is answered from the
-/// caller's own legacy session (`crate::discover`) instead of a gateway-wide cache.
-#[derive(Debug, Clone)]
-pub struct DiscoverConfig {
-    pub refresh: Duration,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheScope {
-    Public,
-    Private,
-}
-
-impl CacheScope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CacheScope::Public => "public",
-            CacheScope::Private => "private",
-        }
-    }
-}
-
-/// A `ttlMs` / `cacheScope` pair.
-#[derive(Debug, Clone, Copy)]
-pub struct CacheHint {
-    pub ttl: Duration,
-    pub scope: CacheScope,
-}
-
-#[derive(Debug, Clone)]
-pub struct CachingConfig {
-    pub discover: CacheHint,
-    pub list: CacheHint,
-    pub read: CacheHint,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    Json,
-    Text,
-}
-
-#[derive(Debug, Clone)]
-pub struct LogConfig {
-    pub level: String,
-    pub format: LogFormat,
 }
 
 impl Config {
@@ -245,79 +175,28 @@ impl Config {
         toml::to_string_pretty(&raw).map_err(|e| ConfigError::new("(file)", e.to_string()))
     }
 
-    /// Validates a raw configuration into typed values.
+    /// Validates a raw configuration into typed values, one section after the other in the
+    /// order below: the first problem found is the one reported. Parking depends on the state
+    /// TTL and the stdio children, and warm-up on the pool and auth sections, so they follow them.
     pub fn from_raw(raw: RawConfig, base_dir: Option<&Path>) -> Result<Config, ConfigError> {
         let listen = listen::listen_config(&raw.listen)?;
-
         let upstream = upstream::upstream_config(&raw.upstream, base_dir)?;
-
         let state = state::state_config(&raw.state, base_dir)?;
-
-        let mrtr = MrtrConfig {
-            gather_window: duration("mrtr.gather_window", &raw.mrtr.gather_window)?,
-            gather_quiet: {
-                let q = duration("mrtr.gather_quiet", &raw.mrtr.gather_quiet)?;
-                let w = duration("mrtr.gather_window", &raw.mrtr.gather_window)?;
-                if q > w {
-                    return Err(ConfigError::new(
-                        "mrtr.gather_quiet",
-                        "must not exceed mrtr.gather_window",
-                    ));
-                }
-                q
-            },
-        };
-        let discover = DiscoverConfig {
-            refresh: nonzero_duration("discover.refresh", &raw.discover.refresh)?,
-        };
-        let c = &raw.caching;
-        let caching = CachingConfig {
-            discover: cache_hint("caching.discover", &c.discover_ttl, &c.discover_scope)?,
-            list: cache_hint("caching.list", &c.list_ttl, &c.list_scope)?,
-            read: cache_hint("caching.read", &c.read_ttl, &c.read_scope)?,
-        };
-        let log = LogConfig {
-            level: {
-                tracing_subscriber::EnvFilter::try_new(&raw.log.level)
-                    .map_err(|e| ConfigError::new("log.level", format!("not a log filter: {e}")))?;
-                raw.log.level.clone()
-            },
-            format: match raw.log.format.as_str() {
-                "json" => LogFormat::Json,
-                "text" => LogFormat::Text,
-                other => {
-                    return Err(ConfigError::new(
-                        "log.format",
-                        format!("must be \"json\" or \"text\", not {other:?}"),
-                    ));
-                }
-            },
-        };
+        let mrtr = mrtr::mrtr_config(&raw.mrtr)?;
+        let discover = discover::discover_config(&raw.discover)?;
+        let caching = caching::caching_config(&raw.caching)?;
+        let log = log::log_config(&raw.log)?;
         let admin = admin::admin_config(&raw.admin)?;
         let tls = tls::tls_config(&raw.tls, base_dir)?;
-        let drain = DrainConfig {
-            readiness_delay: duration("drain.readiness_delay", &raw.drain.readiness_delay)?,
-            deadline: nonzero_duration("drain.deadline", &raw.drain.deadline)?,
-        };
-        let replica = ReplicaConfig {
-            id: if raw.replica.id.is_empty() {
-                None
-            } else if valid_key_id(&raw.replica.id) {
-                Some(raw.replica.id.clone())
-            } else {
-                return Err(ConfigError::new(
-                    "replica.id",
-                    "must be 1-32 characters of A-Z a-z 0-9 _ - (or empty to generate one)",
-                ));
-            },
-        };
+        let drain = drain::drain_config(&raw.drain)?;
+        let replica = replica::replica_config(&raw.replica)?;
         let parking =
             parking::parking_config(&raw.parking, state.ttl, upstream.stdio.max_children)?;
         let pool = pool::pool_config(&raw.pool)?;
         let auth = crate::auth::config::AuthConfig::from_raw(&raw.auth, base_dir)?;
         pool::check_warm_up(&pool, &auth)?;
         let single_use = crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir)?;
-        let subscriptions = subscriptions_config(&raw.subscriptions)?;
+        let subscriptions = subscriptions::subscriptions_config(&raw.subscriptions)?;
         let policy = crate::policy::PolicyConfig::from_raw(&raw.policy)?;
         let legacy_clients = legacy_clients::legacy_clients_config(&raw.legacy_clients)?;
         Ok(Config {
@@ -360,55 +239,6 @@ fn redact(raw: &mut RawConfig) {
         *u = redact::redacted_url_text(u);
     }
     raw.upstream.url = redact::redacted_url_text(&raw.upstream.url);
-}
-
-fn subscriptions_config(raw: &raw::RawSubscriptions) -> Result<SubscriptionsConfig, ConfigError> {
-    let keepalive = duration("subscriptions.keepalive", &raw.keepalive)?;
-    if keepalive < Duration::from_millis(100) || keepalive > Duration::from_secs(600) {
-        return Err(ConfigError::new(
-            "subscriptions.keepalive",
-            "must be between \"100ms\" and \"10m\"",
-        ));
-    }
-    let bounded = |key: &str, n: u64, max: u64| {
-        if n == 0 || n > max {
-            Err(ConfigError::new(
-                key,
-                format!("must be between 1 and {max}"),
-            ))
-        } else {
-            Ok(n as usize)
-        }
-    };
-    Ok(SubscriptionsConfig {
-        keepalive,
-        max_streams: bounded("subscriptions.max_streams", raw.max_streams, 1_000_000)?,
-        max_streams_per_principal: bounded(
-            "subscriptions.max_streams_per_principal",
-            raw.max_streams_per_principal,
-            1_000_000,
-        )?,
-        max_resource_subscriptions: bounded(
-            "subscriptions.max_resource_subscriptions",
-            raw.max_resource_subscriptions,
-            10_000,
-        )?,
-    })
-}
-
-fn cache_hint(prefix: &str, ttl: &str, scope: &str) -> Result<CacheHint, ConfigError> {
-    let ttl = duration(&format!("{prefix}_ttl"), ttl)?;
-    let scope = match scope {
-        "public" => CacheScope::Public,
-        "private" => CacheScope::Private,
-        other => {
-            return Err(ConfigError::new(
-                format!("{prefix}_scope"),
-                format!("must be \"public\" or \"private\", not {other:?}"),
-            ));
-        }
-    };
-    Ok(CacheHint { ttl, scope })
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! Loading whole configuration files: defaults, key names in errors, environment overrides,
 //! and the checks of each section seen through `Config::from_toml_str`.
 
+use std::time::Duration;
+
 use base64::Engine;
 
 use super::*;
