@@ -274,28 +274,42 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Files declared as `#[cfg(test)] mod name;` (whole-file test modules).
+/// Files declared as `#[cfg(test)] mod name;` (whole-file test modules), also with a
+/// `#[path = "file.rs"]` between the two (relative to the declaring file's directory).
 fn test_only_files(files: &[PathBuf]) -> BTreeSet<PathBuf> {
     let mut out = BTreeSet::new();
     for f in files {
         let text = std::fs::read_to_string(f).unwrap();
+        let here = f.parent().unwrap().to_path_buf();
         let dir = if f
             .file_name()
             .is_some_and(|n| n == "mod.rs" || n == "lib.rs")
         {
-            f.parent().unwrap().to_path_buf()
+            here.clone()
         } else {
             f.with_extension("")
         };
-        let lines: Vec<&str> = text.lines().collect();
-        for pair in lines.windows(2) {
-            if pair[0].trim() == "#[cfg(test)]"
-                && let Some(name) = pair[1]
-                    .trim()
-                    .strip_prefix("mod ")
-                    .and_then(|r| r.strip_suffix(';'))
-            {
-                out.insert(dir.join(format!("{name}.rs")));
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        for (i, line) in lines.iter().enumerate() {
+            if *line != "#[cfg(test)]" {
+                continue;
+            }
+            let mut path = None;
+            for next in &lines[i + 1..] {
+                if let Some(p) = next
+                    .strip_prefix("#[path = \"")
+                    .and_then(|r| r.strip_suffix("\"]"))
+                {
+                    path = Some(here.join(p));
+                } else if next.starts_with("#[") {
+                    continue;
+                } else {
+                    if let Some(name) = next.strip_prefix("mod ").and_then(|r| r.strip_suffix(';'))
+                    {
+                        out.insert(path.unwrap_or_else(|| dir.join(format!("{name}.rs"))));
+                    }
+                    break;
+                }
             }
         }
     }

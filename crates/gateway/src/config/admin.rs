@@ -5,7 +5,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{ConfigError, bounded_duration, in_range, raw::RawAdmin};
+use super::check::{bounded_duration, in_range};
+use super::{ConfigError, raw::RawAdmin};
 
 #[derive(Debug, Clone)]
 pub struct AdminConfig {

@@ -1,6 +1,7 @@
 //! `[legacy_clients]`: limits on what legacy clients of the dual-era front may hold open.
 
-use super::{ConfigError, in_range, raw::RawLegacyClients};
+use super::check::in_range;
+use super::{ConfigError, raw::RawLegacyClients};
 
 #[derive(Debug, Clone)]
 pub struct LegacyClientsConfig {

@@ -1,0 +1,30 @@
+//! `[mrtr]`: how long the gateway gathers a legacy server's parallel questions into one
+//! `input_required` round.
+
+use std::time::Duration;
+
+use super::check::duration;
+use super::{ConfigError, raw::RawMrtr};
+
+#[derive(Debug, Clone)]
+pub struct MrtrConfig {
+    pub gather_window: Duration,
+    pub gather_quiet: Duration,
+}
+
+pub(super) fn mrtr_config(raw: &RawMrtr) -> Result<MrtrConfig, ConfigError> {
+    Ok(MrtrConfig {
+        gather_window: duration("mrtr.gather_window", &raw.gather_window)?,
+        gather_quiet: {
+            let q = duration("mrtr.gather_quiet", &raw.gather_quiet)?;
+            let w = duration("mrtr.gather_window", &raw.gather_window)?;
+            if q > w {
+                return Err(ConfigError::new(
+                    "mrtr.gather_quiet",
+                    "must not exceed mrtr.gather_window",
+                ));
+            }
+            q
+        },
+    })
+}
