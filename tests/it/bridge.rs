@@ -73,6 +73,36 @@ async fn one_elicitation_round_then_complete() {
     env.stop().await;
 }
 
+/// A legacy server that pings its client mid-call gets `{}` from the gateway at once; the
+/// call goes on and ends without a round for the client.
+#[tokio::test]
+async fn a_ping_from_the_legacy_server_mid_call_is_answered_and_the_call_completes() {
+    let handlers = Handlers::new().tool(
+        "pinger",
+        "pings its client",
+        json!({"type": "object"}),
+        |ctx, _| async move {
+            let pong = ctx.ping().await?;
+            Ok(tool_text(format!("pong: {pong}")))
+        },
+    );
+    let env = env(handlers).await;
+    let (rounds, last) = env
+        .client()
+        .call_with_input(
+            "tools/call",
+            json!({"name": "pinger", "arguments": {}}),
+            &mut answer,
+            2,
+        )
+        .await
+        .expect("the call runs");
+    assert!(rounds.is_empty(), "a ping is never the client's question");
+    assert_eq!(last.result_type(), Some("complete"));
+    assert_eq!(text(last.result().unwrap()), "pong: {}");
+    env.stop().await;
+}
+
 const REPLAY: &str = "[parking]\ndefault_policy = \"replay\"\n";
 
 #[tokio::test]

@@ -64,6 +64,7 @@ use super::respond::{self, Body};
 use crate::caller_scope::Caller;
 use crate::caller_scope::CallerScope;
 use crate::error::{Rejection, RejectionKind};
+use crate::legacy::server_request::ServerRequest;
 use crate::legacy::session::{Inbound, LegacySession, StreamTag};
 use crate::legacy::upstream::Upstream;
 use crate::legacy::wire::response_id;
@@ -114,22 +115,21 @@ pub(super) fn tagged(mut msg: Value, id: &Value) -> Value {
 
 /// Answers a server request on a listen session: nobody can be asked, so it is refused.
 async fn refuse_server_request(session: &LegacySession, msg: &Value) {
-    let id = msg.get("id").cloned().unwrap_or(Value::Null);
-    let method = msg
-        .get("method")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let outcome = if method == "ping" {
-        Ok(json!({}))
-    } else {
-        Err(ErrorObject::new(
-            codes::INVALID_PARAMS,
-            format!(
-                "{method} cannot be answered on a subscriptions/listen session: no client request is waiting on it"
-            ),
-        ))
+    let request = ServerRequest::of(msg);
+    let method = request.method;
+    let answered = match request.answer_ping(session).await {
+        Some(answered) => answered,
+        None => {
+            let refusal = ErrorObject::new(
+                codes::INVALID_PARAMS,
+                format!(
+                    "{method} cannot be answered on a subscriptions/listen session: no client request is waiting on it"
+                ),
+            );
+            session.respond(&request.id, Err(refusal)).await
+        }
     };
-    if let Err(e) = session.respond(&id, outcome).await {
+    if let Err(e) = answered {
         tracing::debug!(error = %e, %method, "could not answer a server request on a listen session");
     }
 }

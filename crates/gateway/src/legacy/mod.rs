@@ -10,6 +10,7 @@ pub mod pending;
 pub mod pool;
 pub mod relay;
 pub mod roots_refresh;
+pub mod server_request;
 pub mod session;
 pub mod spawn_backoff;
 pub mod stdio;

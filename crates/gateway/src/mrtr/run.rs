@@ -26,6 +26,7 @@ pub use super::start::{Start, StartError};
 use crate::error::{Rejection, RejectionKind};
 use crate::legacy::pool::{Lease, PoolKey};
 use crate::legacy::roots_refresh;
+use crate::legacy::server_request::ServerRequest;
 use crate::legacy::session::{Inbound, LegacySession, StreamTag};
 use crate::metrics::method_label;
 use crate::policy::Stage;
@@ -362,15 +363,11 @@ impl<'g> Run<'g> {
         msg: &Value,
         mode: &mut Mode<'_>,
     ) -> Result<Handled, Rejection> {
-        let id = msg.get("id").cloned().unwrap_or(Value::Null);
-        let method = msg
-            .get("method")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let params = msg.get("params").filter(|p| !p.is_null());
+        let request = ServerRequest::of(msg);
+        let (id, method, params) = (request.id.clone(), request.method, request.params);
         tracing::debug!(%method, server_request_id = %id, "legacy server request");
-        if method == "ping" {
-            self.answer(&id, Ok(json!({}))).await?;
+        if let Some(answered) = request.answer_ping(self.session()).await {
+            answered.map_err(|e| session_rejection(&e))?;
             return Ok(Handled::Answered);
         }
         let Some(kind) = kind_of(method, params) else {
