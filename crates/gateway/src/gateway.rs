@@ -115,9 +115,13 @@ impl Gateway {
             );
             rt.spawn(pool.clone().run_sweeper(drain.stopped().clone()));
         }
-        let sessions = Sessions::new(
-            &config.upstream,
-            &config.pool,
+        let codec = Arc::new(
+            StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes)
+                .with_clock_skew(config.state.clock_skew),
+        );
+        let config = Arc::new(ArcSwap::from_pointee(config));
+        let sessions = Arc::new(Sessions::new(
+            config.clone(),
             pool.clone(),
             SessionMetrics {
                 opened: metrics.legacy_sessions_opened.clone(),
@@ -126,16 +130,10 @@ impl Gateway {
                 limit_hits: metrics.limit_hits.clone(),
                 upstream_checks: metrics.upstream_checks.clone(),
             },
-        );
-        let codec = Arc::new(
-            StateCodec::new(&config.state.keys, config.state.ttl, config.state.max_bytes)
-                .with_clock_skew(config.state.clock_skew),
-        );
-        let config = Arc::new(ArcSwap::from_pointee(config));
+        ));
         let auth = Arc::new(ArcSwap::from_pointee(auth));
         let single_use = Arc::new(ArcSwap::from_pointee(single_use));
         let metrics = Arc::new(metrics);
-        let sessions = Arc::new(sessions);
         let long_lived = Arc::new(long_lived);
         let engine = Arc::new(Engine {
             config: config.clone(),

@@ -10,7 +10,7 @@ use http::HeaderMap;
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
 use tokio::sync::mpsc;
 
-use crate::config::{PoolConfig, PoolMode, UpstreamConfig};
+use crate::config::{Config, PoolConfig, PoolMode, UpstreamConfig};
 use crate::error::Rejection;
 use crate::legacy::limit_hits::LimitHits;
 use crate::legacy::pool::{Lease, PoolKey, SessionPool};
@@ -33,7 +33,8 @@ pub struct SessionMetrics {
 pub struct Sessions {
     upstream: ArcSwap<Upstream>,
     pool: Arc<SessionPool>,
-    pool_config: ArcSwap<PoolConfig>,
+    /// The configuration in force (the root's handle): `[pool]` is read from it at each use.
+    config: Arc<ArcSwap<Config>>,
     /// The cached, single-flight check that the upstream in force speaks MCP (`/readyz`).
     check: UpstreamCheck,
     metrics: SessionMetrics,
@@ -41,16 +42,16 @@ pub struct Sessions {
 
 impl Sessions {
     pub fn new(
-        upstream: &UpstreamConfig,
-        pool_config: &PoolConfig,
+        config: Arc<ArcSwap<Config>>,
         pool: Arc<SessionPool>,
         metrics: SessionMetrics,
     ) -> Sessions {
         let hits = LimitHits::new(metrics.limit_hits.clone());
+        let upstream = Upstream::from_config(&config.load().upstream, hits);
         Sessions {
-            upstream: ArcSwap::from_pointee(Upstream::from_config(upstream, hits)),
+            upstream: ArcSwap::from_pointee(upstream),
             pool,
-            pool_config: ArcSwap::from_pointee(pool_config.clone()),
+            config,
             check: UpstreamCheck::new(metrics.upstream_checks.clone()),
             metrics,
         }
@@ -90,7 +91,6 @@ impl Sessions {
         self.pool.set_idle_timeout(pool.idle_timeout);
         // A reload may follow an upgrade of the legacy server: learn its roots handling anew.
         self.pool.roots_memory().reset();
-        self.pool_config.store(Arc::new(pool.clone()));
     }
 
     /// Opens a legacy session declaring what `declared` allows, in the shape of the legacy
@@ -121,7 +121,7 @@ impl Sessions {
         declared: &Declared,
         headers: HeaderMap,
     ) -> Result<Lease, Rejection> {
-        if let Some(s) = self.pool.checkout(key, &self.pool_config.load()).await {
+        if let Some(s) = self.pool.checkout(key, &self.config.load().pool).await {
             return Ok(s);
         }
         // Idle children count against stdio's child limit: make room rather than wait.
@@ -135,7 +135,7 @@ impl Sessions {
     /// Gives a session back after a clean completion (pooled, or closed per `pool.mode`).
     pub async fn give_back(&self, key: PoolKey, lease: Lease) {
         self.pool
-            .checkin(key, lease, &self.pool_config.load())
+            .checkin(key, lease, &self.config.load().pool)
             .await;
     }
 
@@ -150,7 +150,8 @@ impl Sessions {
         headers: &HeaderMap,
         draining: impl Fn() -> bool,
     ) -> usize {
-        let cfg = self.pool_config.load_full();
+        let config = self.config.load_full();
+        let cfg = &config.pool;
         if cfg.warm_up == 0 || cfg.mode == PoolMode::PerCall {
             return 0;
         }
@@ -166,7 +167,7 @@ impl Sessions {
                 }
                 Ok((session, inbound)) => {
                     self.pool
-                        .checkin(key.clone(), Lease::fresh(session, inbound), &cfg)
+                        .checkin(key.clone(), Lease::fresh(session, inbound), cfg)
                         .await;
                     warmed += 1;
                 }

@@ -340,10 +340,11 @@ async fn serve(front: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<
         let rej = Rejection::method_not_found(&env.method);
         return refuse(&front, &env.method, Some(&env.id), rej);
     }
-    let scope = CallerScope::new(principal.0.clone(), auth.credential_key(&parts.headers));
+    let credential = auth.credential_key(&parts.headers);
+    let scope = CallerScope::new(principal.0.clone(), credential.clone());
     let routed = Routed {
         upstream_headers: upstream_headers(&parts.headers, env.params.as_ref(), &auth),
-        credential: auth.credential_key(&parts.headers),
+        credential,
         accepts_sse: accepts_sse(&parts.headers),
         env,
         meta,
