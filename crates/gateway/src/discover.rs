@@ -32,7 +32,7 @@ pub async fn caller_init(
 ) -> Result<Value, Rejection> {
     let key = PoolKey::new(scope, declared);
     let lease = engine.sessions.checkout(&key, declared, headers).await?;
-    let init = lease.session.init_result().clone();
+    let init = lease.exchange.session().init_result().clone();
     engine.sessions.give_back(key, lease).await;
     Ok(init)
 }

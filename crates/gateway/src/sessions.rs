@@ -8,13 +8,12 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use http::HeaderMap;
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
-use tokio::sync::mpsc;
 
 use crate::config::{Config, PoolConfig, PoolMode, UpstreamConfig};
 use crate::error::Rejection;
+use crate::legacy::exchange::{Exchange, Reader};
 use crate::legacy::limit_hits::LimitHits;
 use crate::legacy::pool::{Lease, PoolKey, SessionPool};
-use crate::legacy::session::{Inbound, LegacySession};
 use crate::legacy::upstream::Upstream;
 use crate::upstream_check::{CheckCredentials, CheckTiming, UpstreamCheck};
 use mrtr_wire::capabilities::Declared;
@@ -99,12 +98,12 @@ impl Sessions {
         &self,
         declared: &Declared,
         headers: HeaderMap,
-    ) -> Result<(LegacySession, mpsc::Receiver<Inbound>), Rejection> {
+    ) -> Result<Exchange, Rejection> {
         match self.upstream().open(declared, headers).await {
             Ok((mut session, rx)) => {
                 self.metrics.opened.inc();
                 session.track_with(self.metrics.active.clone());
-                Ok((session, rx))
+                Ok(Exchange::new(session, Reader::new(rx)))
             }
             Err(e) => {
                 let rej = crate::upstream_error::session_rejection(&e);
@@ -128,8 +127,7 @@ impl Sessions {
         if self.upstream().at_capacity() {
             self.pool.evict_one().await;
         }
-        let (session, inbound) = self.open(declared, headers).await?;
-        Ok(Lease::fresh(session, inbound))
+        Ok(Lease::fresh(self.open(declared, headers).await?))
     }
 
     /// Gives a session back after a clean completion (pooled, or closed per `pool.mode`).
@@ -161,13 +159,13 @@ impl Sessions {
                 break;
             }
             match self.open(declared, headers.clone()).await {
-                Ok((session, _)) if draining() => {
-                    session.close().await;
+                Ok(exchange) if draining() => {
+                    exchange.close().await;
                     break;
                 }
-                Ok((session, inbound)) => {
+                Ok(exchange) => {
                     self.pool
-                        .checkin(key.clone(), Lease::fresh(session, inbound), cfg)
+                        .checkin(key.clone(), Lease::fresh(exchange), cfg)
                         .await;
                     warmed += 1;
                 }

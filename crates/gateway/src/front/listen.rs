@@ -52,7 +52,6 @@ use http::{HeaderMap, Response};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
@@ -64,14 +63,13 @@ use super::respond::{self, Body};
 use crate::caller_scope::Caller;
 use crate::caller_scope::CallerScope;
 use crate::error::{Rejection, RejectionKind};
-use crate::legacy::server_request::ServerRequest;
-use crate::legacy::session::{Inbound, LegacySession, StreamTag};
+use crate::legacy::exchange::{Event, Exchange};
+use crate::legacy::session::LegacySession;
 use crate::legacy::upstream::Upstream;
-use crate::legacy::wire::response_id;
 use crate::translate;
 use crate::upstream_error::session_rejection;
 use mrtr_wire::capabilities::Declared;
-use mrtr_wire::jsonrpc::{self, ErrorObject, MessageKind, codes};
+use mrtr_wire::jsonrpc::{self, ErrorObject, codes};
 
 /// The `_meta` key that ties a message to its listen stream.
 pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -113,40 +111,35 @@ pub(super) fn tagged(mut msg: Value, id: &Value) -> Value {
     msg
 }
 
-/// Answers a server request on a listen session: nobody can be asked, so it is refused.
-async fn refuse_server_request(session: &LegacySession, msg: &Value) {
-    let request = ServerRequest::of(msg);
-    let method = request.method;
-    let answered = match request.answer_ping(session).await {
-        Some(answered) => answered,
-        None => {
-            let refusal = ErrorObject::new(
-                codes::INVALID_PARAMS,
-                format!(
-                    "{method} cannot be answered on a subscriptions/listen session: no client request is waiting on it"
-                ),
-            );
-            session.respond(&request.id, Err(refusal)).await
-        }
-    };
-    if let Err(e) = answered {
+/// Answers a server request on a listen session: nobody can be asked, so it is refused
+/// (`ping` never gets here: the exchange answers it).
+async fn refuse_server_request(exchange: &Exchange, msg: &Value) {
+    let method = msg
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let refusal = ErrorObject::new(
+        codes::INVALID_PARAMS,
+        format!(
+            "{method} cannot be answered on a subscriptions/listen session: no client request is waiting on it"
+        ),
+    );
+    if let Err(e) = exchange.refuse(msg, refusal).await {
         tracing::debug!(error = %e, %method, "could not answer a server request on a listen session");
     }
 }
 
-type Feed = (LegacySession, mpsc::Receiver<Inbound>);
-
 /// Sends `resources/subscribe` for every agreed URI and waits for all the confirmations.
 async fn subscribe(
-    feed: &mut Feed,
+    exchange: &mut Exchange,
     agreed: &Filter,
     early: &mut VecDeque<Value>,
     timeout: Duration,
 ) -> Result<(), Rejection> {
-    let (session, inbound) = feed;
     let mut waiting: HashMap<i64, String> = HashMap::new();
     for uri in &agreed.uris {
-        let id = session
+        let id = exchange
+            .session_mut()
             .request("resources/subscribe", Some(json!({"uri": uri})))
             .await
             .map_err(|e| session_rejection(&e))?;
@@ -154,7 +147,7 @@ async fn subscribe(
     }
     let deadline = Instant::now() + timeout;
     while !waiting.is_empty() {
-        let item = tokio::time::timeout_at(deadline, inbound.recv())
+        let event = tokio::time::timeout_at(deadline, exchange.next())
             .await
             .map_err(|_| {
                 Rejection::new(
@@ -164,38 +157,26 @@ async fn subscribe(
                     ),
                 )
             })?;
-        let Some(item) = item else {
-            return Err(Rejection::new(
-                RejectionKind::UpstreamStreamBroken,
-                "the legacy session ended while subscribing",
-            ));
-        };
-        match item {
-            Inbound::Message(_, msg) => match jsonrpc::classify(&msg) {
-                MessageKind::Response => {
-                    let Some(uri) = response_id(&msg).and_then(|id| waiting.remove(&id)) else {
-                        continue;
-                    };
-                    if let Some(err) = msg.get("error") {
-                        return Err(translate::legacy_error(
-                            err,
-                            &json!({"uri": uri}),
-                            RejectionKind::ListenSubscribeRefused,
-                        ));
-                    }
+        match event {
+            Event::Response { id, msg } => {
+                let Some(uri) = waiting.remove(&id) else {
+                    continue;
+                };
+                if let Some(err) = msg.get("error") {
+                    return Err(translate::legacy_error(
+                        err,
+                        &json!({"uri": uri}),
+                        RejectionKind::ListenSubscribeRefused,
+                    ));
                 }
-                MessageKind::Request => refuse_server_request(session, &msg).await,
-                MessageKind::Notification => {
-                    if agreed.admits(&msg) && early.len() < EARLY_BACKLOG {
-                        early.push_back(msg);
-                    }
+            }
+            Event::Request(msg) => refuse_server_request(exchange, &msg).await,
+            Event::Notification { msg, .. } => {
+                if agreed.admits(&msg) && early.len() < EARLY_BACKLOG {
+                    early.push_back(msg);
                 }
-                MessageKind::Invalid => {}
-            },
-            Inbound::Ended {
-                stream: StreamTag::Call(id),
-                error,
-            } if waiting.contains_key(&id) => {
+            }
+            Event::CallEnded { id, error } if waiting.contains_key(&id) => {
                 return Err(crate::upstream_error::concealed(
                     Rejection::new(
                         RejectionKind::UpstreamStreamBroken,
@@ -204,10 +185,7 @@ async fn subscribe(
                     error.as_deref().unwrap_or("no error reported"),
                 ));
             }
-            Inbound::Ended {
-                stream: StreamTag::Get,
-                error,
-            } => {
+            Event::StreamEnded { error } => {
                 return Err(crate::upstream_error::concealed(
                     Rejection::new(
                         RejectionKind::UpstreamStreamBroken,
@@ -216,7 +194,13 @@ async fn subscribe(
                     error.as_deref().unwrap_or("no error reported"),
                 ));
             }
-            Inbound::Ended { .. } => {}
+            Event::Closed => {
+                return Err(Rejection::new(
+                    RejectionKind::UpstreamStreamBroken,
+                    "the legacy session ended while subscribing",
+                ));
+            }
+            Event::CallEnded { .. } | Event::Invalid(_) => {}
         }
     }
     Ok(())
@@ -376,7 +360,7 @@ struct Opened {
     agreed: Filter,
     early: VecDeque<Value>,
     server_info: Value,
-    feed: Option<Feed>,
+    feed: Option<Exchange>,
 }
 
 /// Opens the stream's own legacy session and subscribes to the agreed resources; where the
@@ -391,7 +375,7 @@ async fn open_feed(
     let mut agreed = Filter::default();
     let mut early = VecDeque::new();
     let server_info;
-    let mut feed: Option<Feed> = None;
+    let mut feed: Option<Exchange> = None;
     if !supported(&front.sessions.upstream()) {
         // No session of its own (see the module docs); the identity is still this caller's.
         let init = crate::discover::caller_init(
@@ -403,12 +387,13 @@ async fn open_feed(
         .await?;
         server_info = translate::server_info(Some(&init));
     } else {
-        let (session, inbound) = front
+        let mut opened = front
             .sessions
             .open(&Declared::default(), upstream_headers)
             .await?;
+        let session = opened.session();
         server_info = translate::server_info(Some(session.init_result()));
-        let can_notify = match &session {
+        let can_notify = match session {
             LegacySession::Http(h) => h.has_get_stream,
             _ => true,
         };
@@ -419,9 +404,8 @@ async fn open_feed(
                 .unwrap_or(&Value::Null);
             agreed = requested.agreed(caps);
         }
-        let mut opened = (session, inbound);
         if agreed.is_empty() {
-            opened.0.close().await;
+            opened.close().await;
         } else {
             if let Err(rej) = subscribe(
                 &mut opened,
@@ -431,7 +415,7 @@ async fn open_feed(
             )
             .await
             {
-                opened.0.close().await;
+                opened.close().await;
                 return Err(rej);
             }
             feed = Some(opened);
@@ -453,7 +437,7 @@ struct ListenStream {
     /// Frames due before anything else (the acknowledgement first).
     pending: VecDeque<Bytes>,
     /// `None` when nothing was agreed: only keep-alives and the final response then.
-    feed: Option<Feed>,
+    feed: Option<Exchange>,
     keepalive: Interval,
     shutdown: CancellationToken,
     /// Session-wide notifications seen on this replica's other legacy sessions of the same
@@ -468,9 +452,9 @@ struct ListenStream {
     _place: StreamPlace,
 }
 
-async fn next_inbound(feed: &mut Option<Feed>) -> Option<Inbound> {
+async fn next_event(feed: &mut Option<Exchange>) -> Event {
     match feed {
-        Some((_, inbound)) => inbound.recv().await,
+        Some(exchange) => exchange.next().await,
         None => std::future::pending().await,
     }
 }
@@ -506,20 +490,17 @@ impl ListenStream {
                         return Some(respond::sse_event(&tagged(msg, &self.id)));
                     }
                 }
-                item = next_inbound(&mut self.feed) => match item {
-                    Some(Inbound::Message(_, msg)) => match jsonrpc::classify(&msg) {
-                        MessageKind::Notification if self.agreed.admits(&msg) && self.fresh(&msg, false) => {
-                            self.keepalive.reset();
-                            return Some(respond::sse_event(&tagged(msg, &self.id)));
+                event = next_event(&mut self.feed) => match event {
+                    Event::Notification { msg, .. } if self.agreed.admits(&msg) && self.fresh(&msg, false) => {
+                        self.keepalive.reset();
+                        return Some(respond::sse_event(&tagged(msg, &self.id)));
+                    }
+                    Event::Request(msg) => {
+                        if let Some(exchange) = &self.feed {
+                            refuse_server_request(exchange, &msg).await;
                         }
-                        MessageKind::Request => {
-                            if let Some((session, _)) = &self.feed {
-                                refuse_server_request(session, &msg).await;
-                            }
-                        }
-                        _ => {}
-                    },
-                    Some(Inbound::Ended { stream: StreamTag::Get, error }) => {
+                    }
+                    Event::StreamEnded { error } => {
                         tracing::warn!(
                             subscription_id = %self.id,
                             error = error.as_deref().unwrap_or("closed"),
@@ -528,11 +509,11 @@ impl ListenStream {
                         self.close("legacy session ended").await;
                         return None;
                     }
-                    Some(Inbound::Ended { .. }) => {}
-                    None => {
+                    Event::Closed => {
                         self.close("legacy session ended").await;
                         return None;
                     }
+                    Event::Notification { .. } | Event::Response { .. } | Event::CallEnded { .. } | Event::Invalid(_) => {}
                 },
                 _ = self.keepalive.tick() => return Some(Bytes::from_static(KEEP_ALIVE)),
             }
@@ -566,8 +547,8 @@ impl ListenStream {
     }
 
     async fn close(&mut self, why: &str) {
-        if let Some((session, _)) = self.feed.take() {
-            session.close().await;
+        if let Some(exchange) = self.feed.take() {
+            exchange.close().await;
         }
         tracing::info!(subscription_id = %self.id, why, "listen stream closed");
     }

@@ -1,6 +1,7 @@
 //! The legacy side: the gateway as a client of a 2024-11-05 … 2025-11-25 MCP server, over
 //! Streamable HTTP, the 2024-11-05 HTTP+SSE transport, or stdio.
 
+pub mod exchange;
 pub mod handshake;
 pub mod http;
 pub mod http_sse;

@@ -19,17 +19,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::exchange::{Event, Exchange, Reader};
 use super::relay::{NotificationRelay, is_session_wide};
 use super::roots_refresh::RootsRefreshMemory;
-use super::session::{Inbound, LegacySession, StreamTag};
+use super::session::LegacySession;
 use crate::caller_scope::CallerScope;
 use crate::config::{PoolConfig, PoolMode};
 use mrtr_wire::capabilities::Declared;
-use mrtr_wire::jsonrpc::{self, MessageKind};
 
 /// Which sessions may be shared.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -53,8 +51,7 @@ impl PoolKey {
 /// A session out of the pool (or newly opened), with what its earlier users left behind that
 /// the next one must know.
 pub struct Lease {
-    pub session: LegacySession,
-    pub inbound: mpsc::Receiver<Inbound>,
+    pub exchange: Exchange,
     /// The server has asked this session's client for roots before: it may have cached them
     /// (see [`super::roots_refresh`]).
     pub roots_asked: bool,
@@ -62,10 +59,9 @@ pub struct Lease {
 
 impl Lease {
     /// A session nobody has used yet.
-    pub fn fresh(session: LegacySession, inbound: mpsc::Receiver<Inbound>) -> Lease {
+    pub fn fresh(exchange: Exchange) -> Lease {
         Lease {
-            session,
-            inbound,
+            exchange,
             roots_asked: false,
         }
     }
@@ -76,9 +72,9 @@ struct Idle {
     roots_asked: bool,
     since: Instant,
     stop: CancellationToken,
-    /// Watches the session while it is idle; hands the receiver back, with why the session
+    /// Watches the session while it is idle; hands the reader back, with why the session
     /// became unusable, if it did.
-    watcher: tokio::task::JoinHandle<(mpsc::Receiver<Inbound>, Option<&'static str>)>,
+    watcher: tokio::task::JoinHandle<(Reader, Option<&'static str>)>,
 }
 
 /// Reads an idle session's messages: relays session-wide notifications to the listen streams
@@ -86,39 +82,29 @@ struct Idle {
 /// arrives after its response), ignores late leftovers of that call, and stops at the first
 /// sign the session cannot be reused.
 async fn watch(
-    mut inbound: mpsc::Receiver<Inbound>,
+    mut reader: Reader,
     stop: CancellationToken,
     relay: Option<(Arc<NotificationRelay>, CallerScope)>,
-) -> (mpsc::Receiver<Inbound>, Option<&'static str>) {
+) -> (Reader, Option<&'static str>) {
     loop {
-        let item = tokio::select! {
+        let event = tokio::select! {
             biased;
-            _ = stop.cancelled() => return (inbound, None),
-            item = inbound.recv() => item,
+            _ = stop.cancelled() => return (reader, None),
+            event = reader.next_event() => event,
         };
-        match item {
-            Some(Inbound::Message(_, msg)) => match jsonrpc::classify(&msg) {
-                // Nobody can answer it now, and it may block the server: start fresh later.
-                MessageKind::Request => return (inbound, Some("unattributed_request")),
-                MessageKind::Notification => {
-                    let method = msg
-                        .get("method")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    if is_session_wide(method)
-                        && let Some((relay, scope)) = &relay
-                    {
-                        relay.publish(scope, &msg);
-                    }
+        match event {
+            // Nobody can answer it now, and it may block the server: start fresh later.
+            Event::Request(_) => return (reader, Some("unattributed_request")),
+            Event::Notification { method, msg } => {
+                if is_session_wide(&method)
+                    && let Some((relay, scope)) = &relay
+                {
+                    relay.publish(scope, &msg);
                 }
-                _ => {}
-            },
-            Some(Inbound::Ended {
-                stream: StreamTag::Get,
-                ..
-            })
-            | None => return (inbound, Some("stream_ended")),
-            Some(Inbound::Ended { .. }) => {}
+            }
+            Event::StreamEnded { .. } | Event::Closed => return (reader, Some("stream_ended")),
+            // Late leftovers of the call that just finished.
+            Event::Response { .. } | Event::CallEnded { .. } | Event::Invalid(_) => {}
         }
     }
 }
@@ -218,7 +204,7 @@ impl SessionPool {
                 return None;
             };
             idle.stop.cancel();
-            let Ok((inbound, watched)) = idle.watcher.await else {
+            let Ok((reader, watched)) = idle.watcher.await else {
                 self.metrics
                     .discards
                     .with_label_values(&["unhealthy"])
@@ -237,8 +223,7 @@ impl SessionPool {
                 None => {
                     self.metrics.checkouts.with_label_values(&["hit"]).inc();
                     return Some(Lease {
-                        session: idle.session,
-                        inbound,
+                        exchange: Exchange::new(idle.session, reader),
                         roots_asked: idle.roots_asked,
                     });
                 }
@@ -253,10 +238,10 @@ impl SessionPool {
     /// Returns a session after a clean completion, or closes it when pooling is off or full.
     pub async fn checkin(&self, key: PoolKey, lease: Lease, cfg: &PoolConfig) {
         let Lease {
-            session,
-            inbound,
+            exchange,
             roots_asked,
         } = lease;
+        let (session, reader) = exchange.into_parts();
         let refused = if cfg.mode == PoolMode::PerCall {
             None
         } else if !session.is_healthy() {
@@ -270,7 +255,7 @@ impl SessionPool {
             } else {
                 let stop = CancellationToken::new();
                 let relay = self.relay.clone().map(|r| (r, key.scope.clone()));
-                let watcher = tokio::spawn(watch(inbound, stop.clone(), relay));
+                let watcher = tokio::spawn(watch(reader, stop.clone(), relay));
                 map.entry(key).or_default().push(Idle {
                     session,
                     roots_asked,

@@ -25,14 +25,13 @@
 //! cannot be protected by pooling: `docs/operations.md` says when to choose
 //! `pool.mode = "per-call"`.
 
-use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
 
-use super::session::{Inbound, LegacySession, SessionError};
+use super::exchange::{Event, Exchange};
+use super::session::SessionError;
 use mrtr_wire::jsonrpc::{self, MessageKind};
 
 pub const ROOTS_LIST_CHANGED: &str = "notifications/roots/list_changed";
@@ -102,32 +101,33 @@ pub fn is_roots_request(msg: &Value) -> bool {
         && msg.get("method").and_then(Value::as_str) == Some("roots/list")
 }
 
-/// Sends `notifications/roots/list_changed` on `session`, then, unless `wait` is zero, reads
-/// `inbound` until the server asks `roots/list` (returned) or `wait` has passed (`None`).
-/// Everything else read meanwhile is appended to `backlog`, in order.
+/// Sends `notifications/roots/list_changed` on the exchange's session, then, unless `wait` is
+/// zero, reads until the server asks `roots/list` (returned) or `wait` has passed (`None`).
+/// Everything else read meanwhile stays in the exchange, in order, for the call.
 pub async fn notify_and_wait(
-    session: &LegacySession,
-    inbound: &mut mpsc::Receiver<Inbound>,
-    backlog: &mut VecDeque<Inbound>,
+    exchange: &mut Exchange,
     wait: Duration,
 ) -> Result<Option<Value>, SessionError> {
-    session.notify(ROOTS_LIST_CHANGED, None).await?;
+    exchange.session().notify(ROOTS_LIST_CHANGED, None).await?;
     if wait.is_zero() {
         return Ok(None);
     }
     let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        match tokio::time::timeout_at(deadline, inbound.recv()).await {
-            Err(_) => return Ok(None),
-            Ok(None) => {
-                return Err(SessionError::Gone(
-                    "the legacy session ended while its roots were being refreshed".into(),
-                ));
-            }
-            Ok(Some(Inbound::Message(_, msg))) if is_roots_request(&msg) => return Ok(Some(msg)),
-            Ok(Some(item)) => backlog.push_back(item),
-        }
-    }
+    let asked = exchange
+        .wait_for(
+            |e| matches!(e, Event::Request(msg) if is_roots_request(msg)),
+            deadline,
+        )
+        .await
+        .map_err(|_| {
+            SessionError::Gone(
+                "the legacy session ended while its roots were being refreshed".into(),
+            )
+        })?;
+    Ok(match asked {
+        Some(Event::Request(msg)) => Some(msg),
+        _ => None,
+    })
 }
 
 #[cfg(test)]

@@ -447,7 +447,7 @@ async fn park_or_cancel(
         run.finish().await;
         None
     } else if policy != ParkPolicy::Replay && cfg.parking.max_calls > 0 {
-        let (parked_call, inbound) = run.into_parked(questions, minter, call.describe());
+        let (parked_call, reader) = run.into_parked(questions, minter, call.describe());
         let limits = ParkLimits {
             ttl: cfg.parking.ttl,
             max_calls: cfg.parking.max_calls,
@@ -461,7 +461,7 @@ async fn park_or_cancel(
         };
         match engine
             .parking
-            .park(parked_call, inbound, &call.principal, &call.caller, &limits)
+            .park(parked_call, reader, &call.principal, &call.caller, &limits)
         {
             Ok(handle) => Some(handle),
             Err(refused) => {

@@ -20,13 +20,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::input_key::KeyMinter;
 use super::run::Question;
 use crate::caller_scope::Caller;
 use crate::error::{Rejection, RejectionKind};
+use crate::legacy::exchange::Reader;
 use crate::legacy::session::{Inbound, LegacySession, StreamTag};
 
 /// What a parked call needs to resume.
@@ -44,11 +44,11 @@ pub struct ParkedCall {
     pub roots_asked: bool,
 }
 
-/// A call taken back out of the lot, with everything that arrived while it was parked.
+/// A call taken back out of the lot, with everything that arrived while it was parked (the
+/// reader's backlog).
 pub struct Resumed {
     pub call: ParkedCall,
-    pub inbound: mpsc::Receiver<Inbound>,
-    pub backlog: Vec<Inbound>,
+    pub reader: Reader,
 }
 
 /// Why a parked call left the lot without being resumed (metrics label).
@@ -144,7 +144,7 @@ impl ParkRefusal {
 /// A call the lot did not take, given back with why.
 pub struct Refused {
     pub call: ParkedCall,
-    pub inbound: mpsc::Receiver<Inbound>,
+    pub reader: Reader,
     pub reason: ParkRefusal,
 }
 
@@ -157,7 +157,7 @@ struct Slot {
     caller: Caller,
     expires: Instant,
     stop: CancellationToken,
-    watcher: tokio::task::JoinHandle<(mpsc::Receiver<Inbound>, Vec<Inbound>, Watch)>,
+    watcher: tokio::task::JoinHandle<(Reader, Watch)>,
 }
 
 #[derive(Default)]
@@ -177,35 +177,36 @@ pub struct ParkingLot {
 /// Buffers what a parked call receives; stops on request, on overflow or when the call's
 /// stream ends (the legacy server gave up or crashed).
 async fn buffer(
-    mut rx: mpsc::Receiver<Inbound>,
+    reader: Reader,
     call_id: i64,
     limit: usize,
     stop: CancellationToken,
-) -> (mpsc::Receiver<Inbound>, Vec<Inbound>, Watch) {
-    let mut backlog = Vec::new();
+) -> (Reader, Watch) {
+    let (mut rx, mut backlog) = reader.into_parts();
     let mut bytes = 0usize;
-    loop {
+    let watch = loop {
         tokio::select! {
             biased;
-            _ = stop.cancelled() => return (rx, backlog, Watch::Stopped),
+            _ = stop.cancelled() => break Watch::Stopped,
             item = rx.recv() => match item {
-                None => return (rx, backlog, Watch::Broken(Eviction::StreamEnded)),
+                None => break Watch::Broken(Eviction::StreamEnded),
                 Some(item) => {
                     let ended = matches!(&item, Inbound::Ended { stream: StreamTag::Call(id), .. } if *id == call_id);
                     if let Inbound::Message(_, m) = &item {
                         bytes += m.to_string().len();
                     }
-                    backlog.push(item);
+                    backlog.push_back(item);
                     if ended {
-                        return (rx, backlog, Watch::Broken(Eviction::StreamEnded));
+                        break Watch::Broken(Eviction::StreamEnded);
                     }
                     if bytes > limit {
-                        return (rx, backlog, Watch::Broken(Eviction::Overflow));
+                        break Watch::Broken(Eviction::Overflow);
                     }
                 }
             }
         }
-    }
+    };
+    (Reader::with_backlog(rx, backlog), watch)
 }
 
 impl ParkingLot {
@@ -237,7 +238,7 @@ impl ParkingLot {
     pub fn park(
         &self,
         call: ParkedCall,
-        inbound: mpsc::Receiver<Inbound>,
+        reader: Reader,
         principal: &str,
         caller: &Caller,
         limits: &ParkLimits,
@@ -261,14 +262,14 @@ impl ParkingLot {
         if let Some(reason) = refusal {
             return Err(Box::new(Refused {
                 call,
-                inbound,
+                reader,
                 reason,
             }));
         }
         let handle = crate::state::payload::random_id();
         let stop = CancellationToken::new();
         let watcher = tokio::spawn(buffer(
-            inbound,
+            reader,
             call.call_id,
             limits.max_buffered_bytes,
             stop.clone(),
@@ -318,7 +319,7 @@ impl ParkingLot {
         let slot = self.remove(handle)?;
         let expired = slot.expires <= Instant::now();
         slot.stop.cancel();
-        let (inbound, backlog, watch) = slot.watcher.await.ok()?;
+        let (reader, watch) = slot.watcher.await.ok()?;
         let reason = match watch {
             Watch::Broken(r) => Some(r),
             Watch::Stopped if expired => Some(Eviction::Expired),
@@ -327,8 +328,7 @@ impl ParkingLot {
         match reason {
             None => Some(Resumed {
                 call: slot.call,
-                inbound,
-                backlog,
+                reader,
             }),
             Some(r) => {
                 self.release(slot.call, r).await;
@@ -369,7 +369,7 @@ impl ParkingLot {
             };
             slot.stop.cancel();
             let why = match slot.watcher.await {
-                Ok((_, _, Watch::Broken(r))) => r,
+                Ok((_, Watch::Broken(r))) => r,
                 _ => reason.unwrap_or(Eviction::Expired),
             };
             self.release(slot.call, why).await;

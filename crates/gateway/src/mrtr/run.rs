@@ -1,16 +1,16 @@
 //! One legacy call in flight, and the capture loop that reads it.
 //!
-//! A [`Run`] owns a legacy session with the modern request's call sent on it. [`Run::capture`]
-//! reads everything the session delivers — the call's stream and the GET stream, through one
-//! channel — until the call's response arrives (`Captured::Final`) or the client must answer
-//! something (`Captured::NeedInput`). A run can also be rebuilt from a parked call
-//! ([`Run::resumed`]); its capture then starts with what arrived while it was parked.
+//! A [`Run`] owns the exchange (a legacy session and its reader, [`crate::legacy::exchange`])
+//! with the modern request's call sent on it. [`Run::capture`] takes the exchange's events —
+//! the call's stream and the GET stream alike, `ping` already answered — until the call's
+//! response arrives (`Captured::Final`) or the client must answer something
+//! (`Captured::NeedInput`). A run can also be rebuilt from a parked call ([`Run::resumed`]);
+//! its capture then starts with what arrived while it was parked.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
-use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use serde_json::Value;
 use tokio::time::sleep_until;
 use tokio_util::sync::CancellationToken;
 
@@ -24,16 +24,17 @@ use super::parking::{ParkedCall, Resumed};
 use super::shape::shape;
 pub use super::start::{Start, StartError};
 use crate::error::{Rejection, RejectionKind};
+use crate::legacy::exchange::{Event, Exchange, Reader};
 use crate::legacy::pool::{Lease, PoolKey};
 use crate::legacy::roots_refresh;
 use crate::legacy::server_request::ServerRequest;
-use crate::legacy::session::{Inbound, LegacySession, StreamTag};
+use crate::legacy::session::LegacySession;
 use crate::metrics::method_label;
 use crate::policy::Stage;
 use crate::state::InputKind;
 use crate::upstream_error::session_rejection;
 use mrtr_wire::capabilities::Declared;
-use mrtr_wire::jsonrpc::{self, ErrorObject, MessageKind, codes};
+use mrtr_wire::jsonrpc::{ErrorObject, codes};
 use mrtr_wire::protocol::meta::log_level_rank;
 
 /// One question the legacy server is waiting on.
@@ -69,7 +70,7 @@ pub enum Captured {
 
 /// What became of one server request.
 pub(super) enum Handled {
-    /// Answered upstream: `ping`, or from the answers book.
+    /// Answered upstream from the answers book (`ping` never gets here: the exchange answers it).
     Answered,
     /// Refused upstream: unknown, out of place (a list, not a call), or by the policy.
     Refused,
@@ -82,10 +83,9 @@ pub struct Run<'g> {
     pub(super) engine: &'g Engine,
     /// Where the session goes back after a clean completion.
     pub(super) pool_key: PoolKey,
-    pub(super) session: Option<LegacySession>,
-    pub(super) inbound: mpsc::Receiver<Inbound>,
+    /// The session and its reader; `None` once the run has let go of it.
+    pub(super) exchange: Option<Exchange>,
     pub(super) call_id: i64,
-    pub(super) backlog: std::collections::VecDeque<Inbound>,
     /// The server has asked this session for roots (it may have cached them).
     pub(super) roots_asked: bool,
 }
@@ -124,10 +124,8 @@ impl<'g> Run<'g> {
             Run {
                 engine,
                 pool_key,
-                session: Some(session),
-                inbound: r.inbound,
+                exchange: Some(Exchange::new(session, r.reader)),
                 call_id,
-                backlog: r.backlog.into(),
                 roots_asked,
             },
             waiting,
@@ -135,29 +133,34 @@ impl<'g> Run<'g> {
         )
     }
 
-    fn session(&self) -> &LegacySession {
-        self.session
-            .as_ref()
-            .expect("session is open while the run lives")
-    }
-
-    pub(super) fn session_mut(&mut self) -> &mut LegacySession {
-        self.session
+    pub(super) fn exchange_mut(&mut self) -> &mut Exchange {
+        self.exchange
             .as_mut()
             .expect("session is open while the run lives")
     }
 
+    fn session(&self) -> &LegacySession {
+        self.exchange
+            .as_ref()
+            .expect("session is open while the run lives")
+            .session()
+    }
+
+    pub(super) fn session_mut(&mut self) -> &mut LegacySession {
+        self.exchange_mut().session_mut()
+    }
+
     /// Ends a session on which no call was sent.
     pub(super) async fn close(&mut self) {
-        if let Some(s) = self.session.take() {
-            s.close().await;
+        if let Some(x) = self.exchange.take() {
+            x.close().await;
         }
     }
 
     /// Drops a session the server has already forgotten.
     pub(super) fn discard_expired(&mut self) {
-        if let Some(s) = self.session.take() {
-            s.discard_expired();
+        if let Some(x) = self.exchange.take() {
+            x.into_parts().0.discard_expired();
         }
     }
 
@@ -167,20 +170,18 @@ impl<'g> Run<'g> {
 
     /// Ends the legacy call: tells the server to stop, then ends the session.
     pub async fn abandon(&mut self, reason: &str) {
-        if let Some(s) = self.session.take() {
-            let _ = s.cancel(self.call_id, reason).await;
-            s.close().await;
+        if let Some(x) = self.exchange.take() {
+            let _ = x.session().cancel(self.call_id, reason).await;
+            x.close().await;
         }
     }
 
     /// After a clean completion: the session goes back to the pool (or is closed, per
     /// `pool.mode`).
     pub async fn finish(mut self) {
-        if let Some(session) = self.session.take() {
-            let inbound = std::mem::replace(&mut self.inbound, mpsc::channel(1).1);
+        if let Some(exchange) = self.exchange.take() {
             let lease = Lease {
-                session,
-                inbound,
+                exchange,
                 roots_asked: self.roots_asked,
             };
             self.engine
@@ -196,11 +197,12 @@ impl<'g> Run<'g> {
         waiting: Vec<Question>,
         minter: KeyMinter,
         what: String,
-    ) -> (ParkedCall, mpsc::Receiver<Inbound>) {
-        let session = self
-            .session
+    ) -> (ParkedCall, Reader) {
+        let (session, reader) = self
+            .exchange
             .take()
-            .expect("session is open while the run lives");
+            .expect("session is open while the run lives")
+            .into_parts();
         let call = ParkedCall {
             session,
             call_id: self.call_id,
@@ -210,7 +212,7 @@ impl<'g> Run<'g> {
             pool_key: self.pool_key.clone(),
             roots_asked: self.roots_asked,
         };
-        (call, self.inbound)
+        (call, reader)
     }
 
     async fn answer(
@@ -239,13 +241,6 @@ impl<'g> Run<'g> {
             }
         }
         Ok(still)
-    }
-
-    async fn next_item(&mut self) -> Option<Inbound> {
-        match self.backlog.pop_front() {
-            Some(item) => Some(item),
-            None => self.inbound.recv().await,
-        }
     }
 
     /// Reads until the call's response or until questions for the client are gathered.
@@ -281,8 +276,7 @@ impl<'g> Run<'g> {
             // The round is due and nothing else is waiting to be read: close it now (a timer
             // would add its own millisecond).
             if due.is_some_and(|d| d <= tokio::time::Instant::now())
-                && self.backlog.is_empty()
-                && self.inbound.is_empty()
+                && !self.exchange_mut().reader().has_ready()
             {
                 return Ok(Captured::NeedInput(questions));
             }
@@ -295,61 +289,53 @@ impl<'g> Run<'g> {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(client_gone()),
-                item = self.next_item() => {
-                    let Some(item) = item else {
-                        return Err(Rejection::new(RejectionKind::UpstreamStreamBroken, "the legacy session ended unexpectedly"));
-                    };
-                    match item {
-                        Inbound::Message(_, msg) => match jsonrpc::classify(&msg) {
-                            MessageKind::Request => {
-                                if roots_refresh::is_roots_request(&msg) {
-                                    self.roots_asked = true;
-                                    // Answered, refused or asked: the lagging one has come.
-                                    gather.roots_arrived();
-                                }
-                                if let Handled::Asked(q) = self.on_server_request(call, &msg, mode).await? {
-                                    gather.asked(q.kind);
-                                    questions.push(q);
-                                }
-                            }
-                            MessageKind::Notification => {
-                                // Relaying waits for the client to read; one that never does
-                                // must not hold the legacy call past its deadline.
-                                let relayed = tokio::select! {
-                                    biased;
-                                    _ = cancel.cancelled() => return Err(client_gone()),
-                                    _ = sleep_until(deadline) => return Err(call_timeout(call)),
-                                    relayed = self.on_notification(call, msg, sink) => relayed,
-                                };
-                                if !relayed {
-                                    return Err(client_gone());
-                                }
-                            }
-                            MessageKind::Response => {
-                                if msg.get("id") == Some(&json!(self.call_id)) {
-                                    return Ok(Captured::Final(msg));
-                                }
-                            }
-                            MessageKind::Invalid => {
-                                tracing::warn!("ignoring a message from the legacy server that is not JSON-RPC");
-                            }
-                        },
-                        Inbound::Ended { stream: StreamTag::Call(id), error } if id == self.call_id => {
-                            // How it ended (stderr, exit status) is for the log only.
-                            return Err(crate::upstream_error::concealed(
-                                Rejection::new(
-                                    RejectionKind::UpstreamStreamBroken,
-                                    format!("the upstream MCP server ended the {} stream without a response", call.method),
-                                ),
-                                error.as_deref().unwrap_or("no error reported"),
-                            ));
+                event = self.exchange_mut().next() => match event {
+                    Event::Request(msg) => {
+                        if roots_refresh::is_roots_request(&msg) {
+                            self.roots_asked = true;
+                            // Answered, refused or asked: the lagging one has come.
+                            gather.roots_arrived();
                         }
-                        Inbound::Ended { stream: StreamTag::Get, error } => {
-                            tracing::debug!(?error, "legacy GET stream ended");
+                        if let Handled::Asked(q) = self.on_server_request(call, &msg, mode).await? {
+                            gather.asked(q.kind);
+                            questions.push(q);
                         }
-                        Inbound::Ended { .. } => {}
                     }
-                }
+                    Event::Notification { method, msg } => {
+                        // Relaying waits for the client to read; one that never does must not
+                        // hold the legacy call past its deadline.
+                        let relayed = tokio::select! {
+                            biased;
+                            _ = cancel.cancelled() => return Err(client_gone()),
+                            _ = sleep_until(deadline) => return Err(call_timeout(call)),
+                            relayed = self.on_notification(call, &method, msg, sink) => relayed,
+                        };
+                        if !relayed {
+                            return Err(client_gone());
+                        }
+                    }
+                    Event::Response { id, msg } if id == self.call_id => {
+                        return Ok(Captured::Final(msg));
+                    }
+                    Event::CallEnded { id, error } if id == self.call_id => {
+                        // How it ended (stderr, exit status) is for the log only.
+                        return Err(crate::upstream_error::concealed(
+                            Rejection::new(
+                                RejectionKind::UpstreamStreamBroken,
+                                format!("the upstream MCP server ended the {} stream without a response", call.method),
+                            ),
+                            error.as_deref().unwrap_or("no error reported"),
+                        ));
+                    }
+                    Event::StreamEnded { error } => {
+                        tracing::debug!(?error, "legacy GET stream ended");
+                    }
+                    Event::Closed => {
+                        return Err(Rejection::new(RejectionKind::UpstreamStreamBroken, "the legacy session ended unexpectedly"));
+                    }
+                    // Leftovers of earlier requests on this session.
+                    Event::Response { .. } | Event::CallEnded { .. } | Event::Invalid(_) => {}
+                },
                 _ = gather_timer => return Ok(Captured::NeedInput(questions)),
                 _ = sleep_until(deadline) => return Err(call_timeout(call)),
             }
@@ -366,10 +352,6 @@ impl<'g> Run<'g> {
         let request = ServerRequest::of(msg);
         let (id, method, params) = (request.id.clone(), request.method, request.params);
         tracing::debug!(%method, server_request_id = %id, "legacy server request");
-        if let Some(answered) = request.answer_ping(self.session()).await {
-            answered.map_err(|e| session_rejection(&e))?;
-            return Ok(Handled::Answered);
-        }
         let Some(kind) = kind_of(method, params) else {
             self.answer(
                 &id,
@@ -457,11 +439,7 @@ impl<'g> Run<'g> {
     }
 
     /// Relays request-scoped notifications. Returns `false` if the client has gone.
-    async fn on_notification(&self, call: &Call, msg: Value, sink: &Sink) -> bool {
-        let method = msg
-            .get("method")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+    async fn on_notification(&self, call: &Call, method: &str, msg: Value, sink: &Sink) -> bool {
         match method {
             "notifications/progress" => {
                 let token = msg.pointer("/params/progressToken");

@@ -143,20 +143,19 @@ impl<'g> Run<'g> {
                 .checkout(pool_key, declared, call.upstream_headers.clone())
                 .await?
         } else {
-            let (session, inbound) = engine
-                .sessions
-                .open(declared, call.upstream_headers.clone())
-                .await?;
-            Lease::fresh(session, inbound)
+            Lease::fresh(
+                engine
+                    .sessions
+                    .open(declared, call.upstream_headers.clone())
+                    .await?,
+            )
         };
         Ok(Run {
             engine,
             pool_key: pool_key.clone(),
             roots_asked: lease.roots_asked,
-            session: Some(lease.session),
-            inbound: lease.inbound,
+            exchange: Some(lease.exchange),
             call_id: NO_CALL,
-            backlog: Default::default(),
         })
     }
 
@@ -260,14 +259,9 @@ impl<'g> Run<'g> {
         } else {
             std::time::Duration::ZERO
         };
-        let session = self
-            .session
-            .as_ref()
-            .expect("session is open while the run lives");
-        let asked =
-            roots_refresh::notify_and_wait(session, &mut self.inbound, &mut self.backlog, wait)
-                .await
-                .map_err(Refresh::Session)?;
+        let asked = roots_refresh::notify_and_wait(self.exchange_mut(), wait)
+            .await
+            .map_err(Refresh::Session)?;
         let counter = &self.engine.metrics.roots_refreshes;
         let Some(msg) = asked else {
             if wait.is_zero() {

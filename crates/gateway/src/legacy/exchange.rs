@@ -1,0 +1,373 @@
+//! The one way anything reads a legacy session.
+//!
+//! A transport delivers [`Inbound`] items on a channel: messages tagged with the stream they
+//! came on, and stream ends. Every reader of a session (the MRTR capture loop, the roots
+//! refresh before a reused session's call, a listen stream while it subscribes and while it
+//! streams, the pool's watch over an idle session, the parking lot's buffer) used to take
+//! those items apart itself. Here that happens once:
+//!
+//! - [`Event::of`] turns an item into what it means to a reader: the response to one of our
+//!   requests, a request or a notification from the server, the end of one of our request
+//!   streams, the end of the server's own stream, or the end of the session.
+//! - [`Reader`] is the receiving half with its backlog (what was read and not used yet, kept
+//!   in order). Pumps that only hold on to a session's traffic (the pool, the parking lot)
+//!   own a reader and no session.
+//! - [`Exchange`] is a session with its reader. [`Exchange::next`] yields events with `ping`
+//!   already answered and messages that are not JSON-RPC dropped (and logged), so no reader
+//!   handles either. [`Exchange::wait_for`] reads until one kind of event comes, keeping
+//!   everything else for later, in order.
+//!
+//! What an event *means* for a request (a question for the client, a refusal, a notification
+//! for a stream) stays with the reader that owns the session at the time: the MRTR engine,
+//! the listen stream. They match on [`Event`], so none of them classifies a message again.
+
+use std::collections::VecDeque;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::server_request::ServerRequest;
+use super::session::{Inbound, LegacySession, SessionError, StreamTag};
+use super::wire::response_id;
+use mrtr_wire::jsonrpc::{self, ErrorObject, MessageKind};
+
+/// One thing a legacy session delivered, classified.
+#[derive(Debug)]
+pub enum Event {
+    /// The response (result or error) to our request `id`.
+    Response { id: i64, msg: Value },
+    /// A request from the server.
+    Request(Value),
+    /// A notification from the server.
+    Notification { method: String, msg: Value },
+    /// The stream of our request `id` ended without its response (`error` says why, for logs).
+    CallEnded { id: i64, error: Option<String> },
+    /// The stream that carries the server's own messages (the GET stream; for single-channel
+    /// transports, the channel itself) ended. `None`: a clean end.
+    StreamEnded { error: Option<String> },
+    /// Something that is not a JSON-RPC message, or a response with an id we never minted.
+    Invalid(Value),
+    /// The session's channel is closed: nothing more will come.
+    Closed,
+}
+
+impl Event {
+    /// What `item` (as received from the channel; `None` once it is closed) means.
+    pub fn of(item: Option<Inbound>) -> Event {
+        let Some(item) = item else {
+            return Event::Closed;
+        };
+        match item {
+            Inbound::Message(_, msg) => match jsonrpc::classify(&msg) {
+                MessageKind::Request => Event::Request(msg),
+                MessageKind::Notification => Event::Notification {
+                    method: jsonrpc_method(&msg),
+                    msg,
+                },
+                MessageKind::Response => match response_id(&msg) {
+                    Some(id) => Event::Response { id, msg },
+                    None => Event::Invalid(msg),
+                },
+                MessageKind::Invalid => Event::Invalid(msg),
+            },
+            Inbound::Ended {
+                stream: StreamTag::Call(id),
+                error,
+            } => Event::CallEnded { id, error },
+            Inbound::Ended {
+                stream: StreamTag::Get,
+                error,
+            } => Event::StreamEnded { error },
+        }
+    }
+}
+
+fn jsonrpc_method(msg: &Value) -> String {
+    msg.get("method")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The receiving half of a legacy session, with what was read and not used yet.
+pub struct Reader {
+    inbound: mpsc::Receiver<Inbound>,
+    backlog: VecDeque<Inbound>,
+}
+
+impl Reader {
+    pub fn new(inbound: mpsc::Receiver<Inbound>) -> Reader {
+        Reader::with_backlog(inbound, VecDeque::new())
+    }
+
+    /// A reader whose first items are `backlog` (what a pump held while nobody read).
+    pub fn with_backlog(inbound: mpsc::Receiver<Inbound>, backlog: VecDeque<Inbound>) -> Reader {
+        Reader { inbound, backlog }
+    }
+
+    /// The next item as the transport delivered it (the backlog first); `None` once the
+    /// channel is closed and the backlog empty. For pumps that keep items, not read them.
+    pub async fn next_item(&mut self) -> Option<Inbound> {
+        match self.backlog.pop_front() {
+            Some(item) => Some(item),
+            None => self.inbound.recv().await,
+        }
+    }
+
+    /// The next event (the backlog first).
+    pub async fn next_event(&mut self) -> Event {
+        Event::of(self.next_item().await)
+    }
+
+    /// Whether an item is ready to be read without waiting.
+    pub fn has_ready(&self) -> bool {
+        !self.backlog.is_empty() || !self.inbound.is_empty()
+    }
+
+    /// The channel and the unread backlog, for a pump that holds them for a while.
+    pub fn into_parts(self) -> (mpsc::Receiver<Inbound>, VecDeque<Inbound>) {
+        (self.inbound, self.backlog)
+    }
+}
+
+/// A legacy session and its reader.
+pub struct Exchange {
+    session: LegacySession,
+    reader: Reader,
+}
+
+impl Exchange {
+    pub fn new(session: LegacySession, reader: Reader) -> Exchange {
+        Exchange { session, reader }
+    }
+
+    pub fn session(&self) -> &LegacySession {
+        &self.session
+    }
+
+    pub fn session_mut(&mut self) -> &mut LegacySession {
+        &mut self.session
+    }
+
+    pub fn reader(&self) -> &Reader {
+        &self.reader
+    }
+
+    pub fn into_parts(self) -> (LegacySession, Reader) {
+        (self.session, self.reader)
+    }
+
+    /// Ends the session cleanly.
+    pub async fn close(self) {
+        self.session.close().await;
+    }
+
+    /// The next event worth a reader's attention: `ping` is answered here (any session, any
+    /// reader: nobody else needs to see it) and a message that is not JSON-RPC is logged and
+    /// skipped.
+    pub async fn next(&mut self) -> Event {
+        loop {
+            match self.reader.next_event().await {
+                Event::Request(msg) if self.answered_ping(&msg).await => {}
+                Event::Invalid(msg) => {
+                    tracing::warn!(
+                        message = %super::wire::excerpt(&msg.to_string(), 200),
+                        "ignoring a message from the legacy server that is not a JSON-RPC message of ours"
+                    );
+                }
+                event => return event,
+            }
+        }
+    }
+
+    /// Reads until `wanted` accepts an event (returned) or `deadline` passes (`None`); every
+    /// other event read meanwhile is kept, in order, for the next [`Exchange::next`].
+    /// `Err` when the session ends first.
+    pub async fn wait_for(
+        &mut self,
+        wanted: impl Fn(&Event) -> bool,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Event>, SessionError> {
+        let mut kept = VecDeque::new();
+        let outcome = loop {
+            let event = match tokio::time::timeout_at(deadline, self.next()).await {
+                Err(_) => break Ok(None),
+                Ok(event) => event,
+            };
+            if wanted(&event) {
+                break Ok(Some(event));
+            }
+            match event {
+                Event::Closed => {
+                    break Err(SessionError::Gone(
+                        "the legacy session ended while the gateway waited on it".into(),
+                    ));
+                }
+                other => kept.push_back(other),
+            }
+        };
+        // What was kept goes before anything still unread, as it came.
+        let mut items: VecDeque<Inbound> = kept.into_iter().filter_map(into_item).collect();
+        items.append(&mut self.reader.backlog);
+        self.reader.backlog = items;
+        outcome
+    }
+
+    /// Answers the server's request `msg` with an error (nobody can answer it here).
+    pub async fn refuse(&self, msg: &Value, refusal: ErrorObject) -> Result<(), SessionError> {
+        let request = ServerRequest::of(msg);
+        self.session.respond(&request.id, Err(refusal)).await
+    }
+
+    async fn answered_ping(&self, msg: &Value) -> bool {
+        let request = ServerRequest::of(msg);
+        match request.answer_ping(&self.session).await {
+            None => false,
+            Some(answered) => {
+                if let Err(e) = answered {
+                    tracing::debug!(error = %e, "could not answer the legacy server's ping");
+                }
+                true
+            }
+        }
+    }
+}
+
+/// An event back as the item it came from (to keep it for later).
+fn into_item(event: Event) -> Option<Inbound> {
+    // The tag of a kept message no longer matters to any reader: events are classified by
+    // their content, and stream ends carry their own tag.
+    Some(match event {
+        Event::Response { id, msg } => Inbound::Message(StreamTag::Call(id), msg),
+        Event::Request(msg) | Event::Notification { msg, .. } | Event::Invalid(msg) => {
+            Inbound::Message(StreamTag::Get, msg)
+        }
+        Event::CallEnded { id, error } => Inbound::Ended {
+            stream: StreamTag::Call(id),
+            error,
+        },
+        Event::StreamEnded { error } => Inbound::Ended {
+            stream: StreamTag::Get,
+            error,
+        },
+        Event::Closed => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn message(v: Value) -> Option<Inbound> {
+        Some(Inbound::Message(StreamTag::Get, v))
+    }
+
+    #[test]
+    fn every_item_is_classified_once_into_what_it_means() {
+        assert!(matches!(
+            Event::of(message(json!({"jsonrpc": "2.0", "id": 4, "result": {}}))),
+            Event::Response { id: 4, .. }
+        ));
+        assert!(matches!(
+            Event::of(message(
+                json!({"jsonrpc": "2.0", "id": "s-1", "method": "roots/list"})
+            )),
+            Event::Request(_)
+        ));
+        match Event::of(message(
+            json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+        )) {
+            Event::Notification { method, .. } => {
+                assert_eq!(method, "notifications/tools/list_changed")
+            }
+            other => panic!("{other:?}"),
+        }
+        // A response whose id the gateway never minted (ours are integers) is not ours.
+        assert!(matches!(
+            Event::of(message(json!({"jsonrpc": "2.0", "id": "x", "result": {}}))),
+            Event::Invalid(_)
+        ));
+        assert!(matches!(
+            Event::of(message(json!([1, 2]))),
+            Event::Invalid(_)
+        ));
+        assert!(matches!(
+            Event::of(Some(Inbound::Ended {
+                stream: StreamTag::Call(9),
+                error: None
+            })),
+            Event::CallEnded { id: 9, error: None }
+        ));
+        assert!(matches!(
+            Event::of(Some(Inbound::Ended {
+                stream: StreamTag::Get,
+                error: Some("reset".into())
+            })),
+            Event::StreamEnded { error: Some(_) }
+        ));
+        assert!(matches!(Event::of(None), Event::Closed));
+    }
+
+    #[tokio::test]
+    async fn a_reader_gives_its_backlog_before_the_channel() {
+        let (tx, rx) = mpsc::channel(4);
+        tx.send(Inbound::Message(
+            StreamTag::Get,
+            json!({"id": 2, "result": {}}),
+        ))
+        .await
+        .unwrap();
+        let mut reader = Reader::with_backlog(
+            rx,
+            VecDeque::from([Inbound::Message(
+                StreamTag::Get,
+                json!({"id": 1, "result": {}}),
+            )]),
+        );
+        assert!(reader.has_ready());
+        assert!(matches!(
+            reader.next_event().await,
+            Event::Response { id: 1, .. }
+        ));
+        assert!(matches!(
+            reader.next_event().await,
+            Event::Response { id: 2, .. }
+        ));
+        assert!(!reader.has_ready());
+        drop(tx);
+        assert!(matches!(reader.next_event().await, Event::Closed));
+    }
+
+    #[test]
+    fn a_kept_event_goes_back_as_the_item_it_was() {
+        for item in [
+            Inbound::Message(StreamTag::Get, json!({"id": 3, "result": {}})),
+            Inbound::Message(StreamTag::Get, json!({"id": 3, "method": "ping"})),
+            Inbound::Message(StreamTag::Get, json!({"method": "notifications/x"})),
+            Inbound::Ended {
+                stream: StreamTag::Call(3),
+                error: Some("gone".into()),
+            },
+            Inbound::Ended {
+                stream: StreamTag::Get,
+                error: None,
+            },
+        ] {
+            let before = format!("{:?}", Event::of(Some(clone_item(&item))));
+            let back = into_item(Event::of(Some(item))).expect("not Closed");
+            assert_eq!(format!("{:?}", Event::of(Some(back))), before);
+        }
+        assert!(into_item(Event::Closed).is_none());
+    }
+
+    fn clone_item(item: &Inbound) -> Inbound {
+        match item {
+            Inbound::Message(tag, v) => Inbound::Message(*tag, v.clone()),
+            Inbound::Ended { stream, error } => Inbound::Ended {
+                stream: *stream,
+                error: error.clone(),
+            },
+        }
+    }
+}
