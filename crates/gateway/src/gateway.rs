@@ -10,7 +10,7 @@ use http::HeaderMap;
 use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::drain::Drain;
-use crate::front::deps::Front;
+use crate::front::deps::{Front, RequestSlots};
 use crate::front::long_lived::LongLived;
 use crate::legacy::pool::{PoolKey, PoolMetrics, SessionPool};
 use crate::metrics::Metrics;
@@ -147,16 +147,17 @@ impl Gateway {
             single_use: single_use.clone(),
             relay: long_lived.relay_handle(),
         });
-        let front = Arc::new(Front::new(
-            engine.clone(),
-            config.clone(),
-            auth.clone(),
-            codec.clone(),
-            metrics.clone(),
-            sessions.clone(),
-            long_lived.clone(),
-            instance_id.clone(),
-        ));
+        let front = Arc::new(Front {
+            engine: engine.clone(),
+            config: config.clone(),
+            auth: auth.clone(),
+            codec: codec.clone(),
+            metrics: metrics.clone(),
+            sessions: sessions.clone(),
+            long_lived: long_lived.clone(),
+            instance_id: instance_id.clone(),
+            request_slots: RequestSlots::new(config.load().listen.max_concurrent_requests),
+        });
         let gateway = Arc::new(Gateway {
             config,
             front,
@@ -221,7 +222,8 @@ impl Gateway {
             clock_skew: new.state.clock_skew,
         });
         self.front
-            .resize_request_slots(new.listen.max_concurrent_requests);
+            .request_slots
+            .resize(new.listen.max_concurrent_requests);
         self.config.store(Arc::new(new));
         Ok(())
     }

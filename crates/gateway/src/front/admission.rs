@@ -38,7 +38,7 @@ impl Drop for RequestSlot {
 /// A slot for a request that is now known to be real, or 503 + `Retry-After` when
 /// `listen.max_concurrent_requests` are being served (the gateway is full, not this caller).
 pub fn take_slot(front: &Front) -> Result<RequestSlot, Rejection> {
-    let Some(permit) = front.try_request_slot() else {
+    let Some(permit) = front.request_slots.try_take() else {
         front
             .metrics
             .limit_hits

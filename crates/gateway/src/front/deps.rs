@@ -33,37 +33,10 @@ pub struct Front {
     pub long_lived: Arc<LongLived>,
     pub instance_id: String,
     /// Bounds requests served at once (`listen.max_concurrent_requests`).
-    request_slots: Arc<Semaphore>,
-    request_slots_size: AtomicUsize,
+    pub request_slots: RequestSlots,
 }
 
 impl Front {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        engine: Arc<Engine>,
-        config: Arc<ArcSwap<Config>>,
-        auth: Arc<ArcSwap<Authenticator>>,
-        codec: Arc<StateCodec>,
-        metrics: Arc<Metrics>,
-        sessions: Arc<Sessions>,
-        long_lived: Arc<LongLived>,
-        instance_id: String,
-    ) -> Front {
-        let slots = config.load().listen.max_concurrent_requests;
-        Front {
-            engine,
-            config,
-            auth,
-            codec,
-            metrics,
-            sessions,
-            long_lived,
-            instance_id,
-            request_slots: Arc::new(Semaphore::new(slots)),
-            request_slots_size: AtomicUsize::new(slots),
-        }
-    }
-
     /// The configuration in force (a snapshot: hold it for one request, not longer).
     pub fn config(&self) -> Arc<Config> {
         self.config.load_full()
@@ -72,23 +45,38 @@ impl Front {
     pub fn auth(&self) -> Arc<Authenticator> {
         self.auth.load_full()
     }
+}
 
-    /// A slot for one request, or `None` when `listen.max_concurrent_requests` are in flight.
-    pub fn try_request_slot(&self) -> Option<OwnedSemaphorePermit> {
-        self.request_slots.clone().try_acquire_owned().ok()
+/// The request slots: how many requests the front serves at once, resizable on reload.
+pub struct RequestSlots {
+    slots: Arc<Semaphore>,
+    size: AtomicUsize,
+}
+
+impl RequestSlots {
+    pub fn new(size: usize) -> RequestSlots {
+        RequestSlots {
+            slots: Arc::new(Semaphore::new(size)),
+            size: AtomicUsize::new(size),
+        }
+    }
+
+    /// A slot for one request, or `None` when all are taken.
+    pub fn try_take(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
     }
 
     /// A reload changed `listen.max_concurrent_requests`.
-    pub fn resize_request_slots(&self, want: usize) {
-        let have = self.request_slots_size.swap(want, Ordering::AcqRel);
+    pub fn resize(&self, want: usize) {
+        let have = self.size.swap(want, Ordering::AcqRel);
         if want > have {
-            self.request_slots.add_permits(want - have);
+            self.slots.add_permits(want - have);
         } else if want < have {
             // Shrink by forgetting free permits now; the rest are forgotten as they return.
             let mut left = have - want;
-            left -= self.request_slots.forget_permits(left);
+            left -= self.slots.forget_permits(left);
             if left > 0 {
-                let slots = self.request_slots.clone();
+                let slots = self.slots.clone();
                 tokio::spawn(async move {
                     while left > 0 {
                         match slots.acquire().await {
