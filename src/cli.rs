@@ -126,8 +126,12 @@ pub fn run(command: Command) -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG as u8);
                 }
             };
-            let log = mrtr_gateway::telemetry::init(&config.log.level, config.log.format);
-            match runtime().block_on(commands::serve::run(config, path, log)) {
+            let logging = mrtr_gateway::telemetry::init(&config.log.level, config.log.format);
+            let outcome =
+                runtime().block_on(commands::serve::run(config, path, logging.level.clone()));
+            // Every line the writer still holds is written before the process says how it ended.
+            drop(logging);
+            match outcome {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("mrtr-gateway: {e}");

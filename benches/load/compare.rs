@@ -1,10 +1,10 @@
-//! Direct versus through-the-gateway, measured side by side in one run.
+//! Direct, through the cheapest hop, and through the gateway, measured side by side in one run.
 //!
-//! Four scenarios: {plain `tools/call`, 2-round elicitation} × {direct legacy client on a
-//! warm session, 2026-07-28 client through the gateway}. After a warm-up of each, the
-//! measured time is cut into short slices that rotate through the scenarios round after
-//! round (the starting scenario shifts each round), so a noisy neighbour on this shared
-//! machine lands on all four alike. Each slice is closed-loop: `clients` callers, each
+//! Six scenarios: {plain `tools/call`, 2-round elicitation} × {direct legacy client on a
+//! warm session, the same legacy client through a plain nginx reverse proxy, 2026-07-28 client
+//! through the gateway}. After a warm-up of each, the measured time is cut into short slices
+//! that rotate through the scenarios round after round (the starting scenario shifts each
+//! round), so a noisy neighbour on this shared machine lands on all six alike. Each slice is closed-loop: `clients` callers, each
 //! issuing its next call as soon as the previous one ends. Per flow the report gives the
 //! pooled ratio and the median of the per-round ratios (a round's slices are adjacent in
 //! time, so their ratio is the least disturbed by drift).
@@ -30,6 +30,8 @@ pub enum Flow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Path {
     Direct,
+    /// The legacy client through nginx (`proxy_pass`, keep-alive upstream).
+    Nginx,
     Gateway,
 }
 
@@ -53,28 +55,37 @@ impl Path {
     pub fn key(self) -> &'static str {
         match self {
             Path::Direct => "direct",
+            Path::Nginx => "nginx",
             Path::Gateway => "gateway",
         }
     }
 }
 
-const SCENARIOS: [(Flow, Path); 4] = [
+const SCENARIOS: [(Flow, Path); 6] = [
     (Flow::Plain, Path::Direct),
+    (Flow::Plain, Path::Nginx),
     (Flow::Plain, Path::Gateway),
     (Flow::Elicit, Path::Direct),
+    (Flow::Elicit, Path::Nginx),
     (Flow::Elicit, Path::Gateway),
 ];
 
-/// One caller's two clients: a warm legacy session and a modern client.
+/// One caller's clients: a warm legacy session, one through nginx, and a modern client.
 pub struct Caller {
     pub direct: LegacyClient,
+    pub via_nginx: LegacyClient,
     pub modern: ModernClient,
 }
 
 impl Caller {
-    pub async fn connect(legacy_url: &str, gateway_url: &str) -> Result<Caller, String> {
+    pub async fn connect(
+        legacy_url: &str,
+        nginx_url: &str,
+        gateway_url: &str,
+    ) -> Result<Caller, String> {
         Ok(Caller {
             direct: LegacyClient::connect(legacy_url).await?,
+            via_nginx: LegacyClient::connect(nginx_url).await?,
             // The same capabilities the direct client declares: elicitation (form) only.
             modern: ModernClient::new(gateway_url)
                 .with_capabilities(serde_json::json!({"elicitation": {"form": {}}})),
@@ -84,11 +95,14 @@ impl Caller {
     /// One call of `flow` on `path`, checked for the expected result.
     pub async fn call(&self, flow: Flow, path: Path, n: u64) -> Result<(), String> {
         let answer = |req: &Value| answer_form(req);
+        let legacy = match path {
+            Path::Nginx => &self.via_nginx,
+            _ => &self.direct,
+        };
         let (result, expected) = match (flow, path) {
-            (Flow::Plain, Path::Direct) => {
+            (Flow::Plain, Path::Direct | Path::Nginx) => {
                 let text = format!("hello {n}");
-                let r = self
-                    .direct
+                let r = legacy
                     .call_tool("echo", json!({"text": text}), &answer)
                     .await?;
                 (r, text)
@@ -108,8 +122,8 @@ impl Caller {
                 }
                 (ex.result().cloned().unwrap_or_default(), text)
             }
-            (Flow::Elicit, Path::Direct) => {
-                let r = self.direct.call_tool("ask", json!({}), &answer).await?;
+            (Flow::Elicit, Path::Direct | Path::Nginx) => {
+                let r = legacy.call_tool("ask", json!({}), &answer).await?;
                 (r, "Hello, name-answer".to_string())
             }
             (Flow::Elicit, Path::Gateway) => {
@@ -146,8 +160,8 @@ impl Caller {
     }
 }
 
-/// Reads the gateway process's CPU seconds (user, system).
-pub type CpuProbe<'a> = &'a (dyn Fn() -> (f64, f64) + Sync);
+/// Reads the CPU seconds (user, system) of the hop process on a path (zeros for direct).
+pub type CpuProbe<'a> = &'a (dyn Fn(Path) -> (f64, f64) + Sync);
 
 /// Runs `flow` on `path` with every caller for `length`.
 async fn slice(
@@ -157,7 +171,7 @@ async fn slice(
     length: Duration,
     cpu: CpuProbe<'_>,
 ) -> Slice {
-    let cpu_before = cpu();
+    let cpu_before = cpu(path);
     let start = Instant::now();
     let deadline = start + length;
     let tasks: Vec<_> = callers
@@ -190,16 +204,15 @@ async fn slice(
         }
     }
     total.elapsed = start.elapsed();
-    if path == Path::Gateway {
-        let cpu_after = cpu();
-        total.gateway_cpu = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
-    }
+    let cpu_after = cpu(path);
+    total.hop_cpu = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
     total
 }
 
 pub struct FlowComparison {
     pub flow: Flow,
     pub direct: Summary,
+    pub nginx: Summary,
     pub gateway: Summary,
     /// Gateway throughput / direct throughput, pooled over the run.
     pub throughput_ratio: f64,
@@ -209,6 +222,13 @@ pub struct FlowComparison {
     pub added_p99_ms: f64,
     /// Gateway p50 / direct p50.
     pub p50_ratio: f64,
+    /// Gateway throughput / nginx throughput, pooled, and the median of the per-round ratios.
+    pub vs_nginx_throughput: f64,
+    pub vs_nginx_throughput_median: f64,
+    /// Gateway p50 / nginx p50.
+    pub vs_nginx_p50: f64,
+    /// Gateway CPU per call / nginx CPU per call (user + system).
+    pub vs_nginx_cpu: f64,
 }
 
 pub struct Comparison {
@@ -250,34 +270,46 @@ pub async fn run(
                 .map(|s| format!("{:.0}", s.last().map_or(0.0, Slice::throughput)))
                 .collect();
             eprintln!(
-                "round {:>3}/{rounds}: calls/s plain direct/gateway {}/{}, elicitation direct/gateway {}/{}",
+                "round {:>3}/{rounds}: calls/s direct/nginx/gateway plain {}/{}/{}, elicitation {}/{}/{}",
                 round + 1,
                 t[0],
                 t[1],
                 t[2],
-                t[3]
+                t[3],
+                t[4],
+                t[5]
             );
         }
     }
-    let flows = [(Flow::Plain, 0, 1), (Flow::Elicit, 2, 3)]
+    let flows = [(Flow::Plain, 0), (Flow::Elicit, 3)]
         .into_iter()
-        .map(|(flow, d, g)| {
-            let direct = summarize(&slices[d]);
-            let gateway = summarize(&slices[g]);
-            let per_round: Vec<f64> = direct
-                .per_slice
-                .iter()
-                .zip(&gateway.per_slice)
-                .map(|(d, g)| g / d)
-                .collect();
+        .map(|(flow, first)| {
+            let direct = summarize(&slices[first]);
+            let nginx = summarize(&slices[first + 1]);
+            let gateway = summarize(&slices[first + 2]);
+            let ratio_median = |base: &Summary| {
+                let per_round: Vec<f64> = base
+                    .per_slice
+                    .iter()
+                    .zip(&gateway.per_slice)
+                    .map(|(b, g)| g / b)
+                    .collect();
+                median(&per_round)
+            };
+            let cpu = |s: &Summary| s.hop_cpu_us_per_call.0 + s.hop_cpu_us_per_call.1;
             FlowComparison {
                 flow,
                 throughput_ratio: gateway.throughput / direct.throughput,
-                throughput_ratio_median: median(&per_round),
+                throughput_ratio_median: ratio_median(&direct),
                 added_p50_ms: gateway.p50_ms - direct.p50_ms,
                 added_p99_ms: gateway.p99_ms - direct.p99_ms,
                 p50_ratio: gateway.p50_ms / direct.p50_ms,
+                vs_nginx_throughput: gateway.throughput / nginx.throughput,
+                vs_nginx_throughput_median: ratio_median(&nginx),
+                vs_nginx_p50: gateway.p50_ms / nginx.p50_ms,
+                vs_nginx_cpu: cpu(&gateway) / cpu(&nginx),
                 direct,
+                nginx,
                 gateway,
             }
         })

@@ -4,13 +4,12 @@
 //! A separate process because that is how the gateway runs in production (a sidecar next to
 //! the legacy server), because its resident memory must be its own for the soak and parking
 //! measurements, and because it lets a profiler wrap just the gateway (`--gateway-prefix`).
-//! Its stderr (logs at `warn`) is drained so the pipe never fills; the last lines are kept
-//! for error messages.
+//! It logs at its shipped default (`info`, JSON: one access line per request) unless told
+//! otherwise, to a file outside its configuration's folder (as a container runtime would
+//! keep it), whose last lines go into error messages.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -20,7 +19,6 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// The configuration knobs the modes set.
@@ -34,6 +32,8 @@ pub struct GatewayOptions {
     pub parking_ttl: String,
     pub upstream_idle_timeout: String,
     pub max_concurrent_requests: usize,
+    /// `log.level` (the shipped default is `info`).
+    pub log_level: String,
     /// A command the gateway runs under (e.g. a profiler), split on spaces.
     pub prefix: Vec<String>,
 }
@@ -50,6 +50,7 @@ impl Default for GatewayOptions {
             parking_ttl: "2m".into(),
             upstream_idle_timeout: "5m".into(),
             max_concurrent_requests: 1024,
+            log_level: "info".into(),
             prefix: Vec::new(),
         }
     }
@@ -62,7 +63,7 @@ pub struct GatewayChild {
     pub url: String,
     admin: String,
     dir: PathBuf,
-    log_tail: Arc<Mutex<VecDeque<String>>>,
+    log: PathBuf,
     http: Client<HttpConnector, Full<Bytes>>,
 }
 
@@ -88,7 +89,7 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
          [[state.keys]]\nid = \"load\"\nsecret = \"{secret}\"\n\
          [mrtr]\ngather_window = \"{gather}\"\ngather_quiet = \"{quiet}\"\n\
          [parking]\ndefault_policy = \"{policy}\"\nmax_calls = {calls}\nmax_per_principal = {per}\nttl = \"{ttl}\"\n\
-         [log]\nlevel = \"warn\"\nformat = \"text\"\n\
+         [log]\nlevel = \"{log_level}\"\n\
          [admin]\naddr = \"127.0.0.1:{admin_port}\"\n\
          [drain]\nreadiness_delay = \"0s\"\ndeadline = \"2s\"\n",
         max = o.max_concurrent_requests,
@@ -100,6 +101,7 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
         calls = o.parking_max_calls,
         per = o.parking_max_per_principal,
         ttl = o.parking_ttl,
+        log_level = o.log_level,
     )
 }
 
@@ -111,6 +113,7 @@ impl GatewayChild {
         let dir = std::env::temp_dir().join(format!("mrtr-load-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let config = dir.join("gateway.toml");
+        let log = dir.with_extension("log");
         std::fs::write(&config, config_text(legacy_url, port, admin_port, options))
             .map_err(|e| e.to_string())?;
         let binary = env!("CARGO_BIN_EXE_mrtr-gateway");
@@ -128,33 +131,21 @@ impl GatewayChild {
             .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(Stdio::from(
+                std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?,
+            ))
             .kill_on_drop(true);
-        let mut child = command
+        let child = command
             .spawn()
             .map_err(|e| format!("spawn {binary}: {e}"))?;
         let pid = child.id().ok_or("the gateway exited at once")?;
-        let log_tail = Arc::new(Mutex::new(VecDeque::new()));
-        if let Some(stderr) = child.stderr.take() {
-            let tail = log_tail.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(stderr).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
-                    if t.len() == 20 {
-                        t.pop_front();
-                    }
-                    t.push_back(line);
-                }
-            });
-        }
         let gw = GatewayChild {
             child,
             pid,
             url: format!("http://127.0.0.1:{port}/mcp"),
             admin: format!("http://127.0.0.1:{admin_port}"),
             dir,
-            log_tail,
+            log,
             http: Client::builder(TokioExecutor::new()).build_http(),
         };
         // A profiler makes start-up slow.
@@ -179,9 +170,11 @@ impl GatewayChild {
         }
     }
 
+    /// The last 20 lines the gateway logged.
     pub fn log_tail(&self) -> String {
-        let t = self.log_tail.lock().unwrap_or_else(|e| e.into_inner());
-        t.iter().cloned().collect::<Vec<_>>().join("\n")
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
     pub fn pid(&self) -> u32 {
@@ -240,6 +233,7 @@ impl GatewayChild {
             let _ = self.child.kill().await;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 

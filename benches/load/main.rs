@@ -3,7 +3,7 @@
 //! release profile, and the test suite does not build it at all.
 //!
 //! ```sh
-//! cargo bench --bench load -- --clients 16 --duration 40s --warmup 2s   # direct vs gateway
+//! cargo bench --bench load -- --clients 32 --duration 60s --warmup 2s   # direct vs nginx vs gateway
 //! cargo bench --bench load -- --clients 16 --json                      # the same, as JSON
 //! scripts/soak.sh --duration 2m                                        # --soak
 //! scripts/park.sh 10000                                                # --park N
@@ -12,13 +12,14 @@
 //! Everything runs on this machine: the fast legacy server and the clients in this process,
 //! the gateway in a child process (see `gateway_child` for why). The default mode compares
 //! the direct legacy path with the gateway path for a plain call and a 2-round elicitation,
-//! interleaving the four scenarios in short slices so machine noise hits them all (see
+//! interleaving the six scenarios (direct, a plain nginx hop, the gateway; two flows) in short slices so machine noise hits them all (see
 //! `compare`).
 
 mod compare;
 mod fixture;
 mod gateway_child;
 mod legacy_client;
+mod nginx;
 mod park;
 mod report;
 mod samples;
@@ -41,7 +42,7 @@ struct Args {
     /// Concurrent callers (each with a warm legacy session and a 2026-07-28 client).
     #[arg(long, default_value_t = 8)]
     clients: usize,
-    /// Measured time: the whole comparison (split over its four scenarios; default 40s), or
+    /// Measured time: the whole comparison (split over its six scenarios; default 60s), or
     /// the soak (default 5m).
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
@@ -57,6 +58,9 @@ struct Args {
     /// The gateway's `mrtr.gather_quiet` (its default is 2ms; it may not exceed the window).
     #[arg(long, default_value = "2ms")]
     gather_quiet: String,
+    /// The gateway's `log.level` (its default, `info`, writes one access line per request).
+    #[arg(long, default_value = "info")]
+    log_level: String,
     /// The gateway's `parking.default_policy`: park-then-replay (default) or replay.
     #[arg(long, default_value = "park-then-replay")]
     policy: String,
@@ -112,6 +116,7 @@ async fn run(args: Args) -> Result<(), String> {
         gather_window: args.gather_window.clone(),
         gather_quiet: args.gather_quiet.clone(),
         policy: args.policy.clone(),
+        log_level: args.log_level.clone(),
         prefix: args
             .gateway_prefix
             .as_deref()
@@ -158,27 +163,34 @@ async fn compare_run(
     args: &Args,
     options: &GatewayOptions,
 ) -> Result<(), String> {
-    let duration = args.duration.unwrap_or(Duration::from_secs(40));
-    let rounds = ((duration.as_secs_f64() / 4.0) / args.slice.as_secs_f64())
+    let duration = args.duration.unwrap_or(Duration::from_secs(60));
+    let hop = nginx::NginxHop::start(&legacy.url()).await?;
+    let rounds = ((duration.as_secs_f64() / 6.0) / args.slice.as_secs_f64())
         .round()
         .max(1.0) as usize;
     let mut callers = Vec::with_capacity(args.clients);
     for _ in 0..args.clients {
         callers.push(Arc::new(
-            compare::Caller::connect(&legacy.url(), &gw.url).await?,
+            compare::Caller::connect(&legacy.url(), &hop.url, &gw.url).await?,
         ));
     }
-    let cpu = || gw.cpu_seconds();
+    let cpu = |path: compare::Path| match path {
+        compare::Path::Direct => (0.0, 0.0),
+        compare::Path::Nginx => hop.cpu_seconds(),
+        compare::Path::Gateway => gw.cpu_seconds(),
+    };
     let comparison =
         compare::run(&callers, args.warmup, args.slice, rounds, !args.json, &cpu).await;
     for caller in callers {
         if let Ok(c) = Arc::try_unwrap(caller) {
             c.direct.close().await;
+            c.via_nginx.close().await;
         }
     }
+    hop.stop().await;
     let setup = format!(
         "mrtr-load: {} clients; {} rounds of {:?} slices per scenario after {:?} warm-up each; \
-         gateway = child process (release mrtr-gateway serve, gather_window {}, gather_quiet {}, parking {}); \
+         gateway = child process (release mrtr-gateway serve, gather_window {}, gather_quiet {}, parking {}, log.level {}); \
          legacy server and clients in this process; {} CPUs",
         args.clients,
         rounds,
@@ -187,6 +199,7 @@ async fn compare_run(
         options.gather_window,
         options.gather_quiet,
         options.policy,
+        options.log_level,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
     let setup_json = json!({
@@ -197,6 +210,7 @@ async fn compare_run(
         "gather_window": options.gather_window,
         "gather_quiet": options.gather_quiet,
         "parking_policy": options.policy,
+        "log_level": options.log_level,
         "gateway": "child process: release mrtr-gateway serve",
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
     });

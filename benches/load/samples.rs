@@ -11,8 +11,9 @@ pub struct Slice {
     /// From the slice's start until its last caller finished its last call.
     pub elapsed: Duration,
     pub first_error: Option<String>,
-    /// CPU seconds (user, system) the gateway process used during the slice.
-    pub gateway_cpu: (f64, f64),
+    /// CPU seconds (user, system) the hop's process (nginx or the gateway) used during the
+    /// slice; zeros on the direct path.
+    pub hop_cpu: (f64, f64),
 }
 
 impl Slice {
@@ -42,8 +43,8 @@ pub struct Summary {
     pub first_error: Option<String>,
     /// Throughput of each slice, in run order.
     pub per_slice: Vec<f64>,
-    /// Gateway CPU per successful call, microseconds (user, system); zero on the direct path.
-    pub gateway_cpu_us_per_call: (f64, f64),
+    /// The hop's CPU per successful call, microseconds (user, system); zero on the direct path.
+    pub hop_cpu_us_per_call: (f64, f64),
 }
 
 fn percentile(sorted: &[u64], p: f64) -> f64 {
@@ -75,10 +76,10 @@ pub fn summarize(slices: &[Slice]) -> Summary {
         mean_ms,
         first_error: slices.iter().find_map(|s| s.first_error.clone()),
         per_slice: slices.iter().map(Slice::throughput).collect(),
-        gateway_cpu_us_per_call: {
+        hop_cpu_us_per_call: {
             let calls = all.len().max(1) as f64;
-            let user: f64 = slices.iter().map(|s| s.gateway_cpu.0).sum();
-            let sys: f64 = slices.iter().map(|s| s.gateway_cpu.1).sum();
+            let user: f64 = slices.iter().map(|s| s.hop_cpu.0).sum();
+            let sys: f64 = slices.iter().map(|s| s.hop_cpu.1).sum();
             (user * 1e6 / calls, sys * 1e6 / calls)
         },
     }

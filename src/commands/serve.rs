@@ -90,8 +90,7 @@ pub async fn run(
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             _ = wait_for_signal() => {
-                tracing::warn!("second signal: exiting now");
-                std::process::exit(1);
+                exit_now();
             }
         }
         tracing::info!("no longer accepting connections; finishing in-flight requests");
@@ -99,8 +98,7 @@ pub async fn run(
         // legacy GET streams end, instead of holding the drain until its deadline.
         drain_gw.drain.close();
         wait_for_signal().await;
-        tracing::warn!("second signal: exiting now");
-        std::process::exit(1);
+        exit_now();
     });
     let deadline = cfg.drain.deadline;
     drop(cfg);
@@ -121,4 +119,12 @@ async fn wait_for_signal() {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
+}
+
+/// A second signal: exit at once. The log writer's queue is not flushed by `exit`, so the
+/// reason goes to stderr directly as well.
+fn exit_now() -> ! {
+    tracing::warn!("second signal: exiting now");
+    eprintln!("mrtr-gateway: second signal: exiting now");
+    std::process::exit(1);
 }
