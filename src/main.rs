@@ -7,6 +7,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use mrtr_gateway_app::cli::{self, Cli};
 
+/// The allocator of the shipped binary (see the `jemalloc` feature in Cargo.toml).
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     cli::run(Cli::parse().command)
 }

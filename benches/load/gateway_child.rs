@@ -34,6 +34,8 @@ pub struct GatewayOptions {
     pub max_concurrent_requests: usize,
     /// `log.level` (the shipped default is `info`).
     pub log_level: String,
+    /// Another build of the gateway to run instead of the one cargo built with this bench.
+    pub binary: Option<String>,
     /// A command the gateway runs under (e.g. a profiler), split on spaces.
     pub prefix: Vec<String>,
 }
@@ -51,6 +53,7 @@ impl Default for GatewayOptions {
             upstream_idle_timeout: "5m".into(),
             max_concurrent_requests: 1024,
             log_level: "info".into(),
+            binary: None,
             prefix: Vec::new(),
         }
     }
@@ -116,7 +119,10 @@ impl GatewayChild {
         let log = dir.with_extension("log");
         std::fs::write(&config, config_text(legacy_url, port, admin_port, options))
             .map_err(|e| e.to_string())?;
-        let binary = env!("CARGO_BIN_EXE_mrtr-gateway");
+        let binary = options
+            .binary
+            .as_deref()
+            .unwrap_or(env!("CARGO_BIN_EXE_mrtr-gateway"));
         let mut command = match options.prefix.split_first() {
             Some((program, args)) => {
                 let mut c = Command::new(program);

@@ -79,6 +79,9 @@ struct Args {
     /// Calls in flight at once while parking.
     #[arg(long, default_value_t = 64)]
     park_concurrency: usize,
+    /// Run this gateway binary instead of the one built with the bench (to compare builds).
+    #[arg(long)]
+    gateway_binary: Option<String>,
     /// Run the gateway under this command, e.g. "valgrind --tool=callgrind".
     #[arg(long)]
     gateway_prefix: Option<String>,
@@ -117,6 +120,7 @@ async fn run(args: Args) -> Result<(), String> {
         gather_quiet: args.gather_quiet.clone(),
         policy: args.policy.clone(),
         log_level: args.log_level.clone(),
+        binary: args.gateway_binary.clone(),
         prefix: args
             .gateway_prefix
             .as_deref()
