@@ -31,6 +31,7 @@ use crate::front::conn_limits::Caps;
 use crate::front::connection::{self, ConnPolicy, LimitCounter};
 use crate::front::respond::{self, Body};
 use crate::gateway::Gateway;
+use crate::metrics::Limit;
 
 async fn route(gw: &Gateway, req: Request<hyper::body::Incoming>) -> Response<Body> {
     if req.method() != Method::GET {
@@ -113,8 +114,8 @@ fn misdirected() -> Response<Body> {
 }
 
 const CAP_LABELS: CapLabels = CapLabels {
-    total: "admin_max_connections",
-    per_source: "admin_max_connections",
+    total: Limit::AdminMaxConnections,
+    per_source: Limit::AdminMaxConnections,
 };
 
 /// Serves the admin endpoints until `shutdown`.
@@ -131,7 +132,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, shutdown: Cancellati
         "admin",
         CAP_LABELS,
         &gw.metrics.accept_errors,
-        gw.metrics.limit_hits.clone(),
+        gw.metrics.limits.clone(),
     );
     let caps_gw = gw.clone();
     let caps = move || Caps {
@@ -139,9 +140,9 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, shutdown: Cancellati
         per_source: None,
     };
     let counter = LimitCounter {
-        hits: gw.metrics.limit_hits.clone(),
-        header_timeout: "admin_header_read_timeout",
-        idle: "admin_idle_timeout",
+        hits: gw.metrics.limits.clone(),
+        header_timeout: Limit::AdminHeaderReadTimeout,
+        idle: Limit::AdminIdleTimeout,
     };
     loop {
         let accepted = tokio::select! {
@@ -161,10 +162,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, shutdown: Cancellati
             async move {
                 let allowed = &gw.config().admin.allowed_hosts;
                 if !host_allowed(req.headers(), req.uri(), bound, allowed) {
-                    gw.metrics
-                        .limit_hits
-                        .with_label_values(&["admin_allowed_hosts"])
-                        .inc();
+                    gw.metrics.limits.hit(Limit::AdminAllowedHosts);
                     return misdirected();
                 }
                 route(&gw, req).await

@@ -127,7 +127,7 @@ impl Gateway {
                 opened: metrics.legacy_sessions_opened.clone(),
                 failed: metrics.legacy_sessions_failed.clone(),
                 active: metrics.legacy_sessions_active.clone(),
-                limit_hits: metrics.limit_hits.clone(),
+                limits: metrics.limits.clone(),
                 upstream_checks: metrics.upstream_checks.clone(),
             },
         ));

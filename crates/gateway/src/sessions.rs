@@ -12,9 +12,9 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge};
 use crate::config::{Config, PoolConfig, PoolMode, UpstreamConfig};
 use crate::error::Rejection;
 use crate::legacy::exchange::{Exchange, Reader};
-use crate::legacy::limit_hits::LimitHits;
 use crate::legacy::pool::{Lease, PoolKey, SessionPool};
 use crate::legacy::upstream::Upstream;
+use crate::metrics::LimitHits;
 use crate::upstream_check::{CheckCredentials, CheckTiming, UpstreamCheck};
 use mrtr_wire::capabilities::Declared;
 
@@ -24,7 +24,7 @@ pub struct SessionMetrics {
     pub opened: IntCounter,
     pub failed: IntCounterVec,
     pub active: IntGauge,
-    pub limit_hits: IntCounterVec,
+    pub limits: LimitHits,
     /// `upstream_checks_total{result}`.
     pub upstream_checks: IntCounterVec,
 }
@@ -45,8 +45,7 @@ impl Sessions {
         pool: Arc<SessionPool>,
         metrics: SessionMetrics,
     ) -> Sessions {
-        let hits = LimitHits::new(metrics.limit_hits.clone());
-        let upstream = Upstream::from_config(&config.load().upstream, hits);
+        let upstream = Upstream::from_config(&config.load().upstream, metrics.limits.clone());
         Sessions {
             upstream: ArcSwap::from_pointee(upstream),
             pool,
@@ -81,7 +80,7 @@ impl Sessions {
         if format!("{old:?}") != format!("{new:?}") {
             let upstream = crate::config::redact::redacted_url(&new.url);
             tracing::info!(%upstream, "upstream changed; new calls use it");
-            let hits = LimitHits::new(self.metrics.limit_hits.clone());
+            let hits = self.metrics.limits.clone();
             self.upstream
                 .store(Arc::new(Upstream::from_config(new, hits)));
             let pool = self.pool.clone();

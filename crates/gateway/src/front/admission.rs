@@ -22,6 +22,7 @@ use super::deps::Front;
 use super::long_lived::is_long_lived;
 use super::respond::{self, Body};
 use crate::error::{Rejection, RejectionKind};
+use crate::metrics::Limit;
 
 /// A request slot; dropping it frees the slot.
 pub struct RequestSlot {
@@ -39,11 +40,7 @@ impl Drop for RequestSlot {
 /// `listen.max_concurrent_requests` are being served (the gateway is full, not this caller).
 pub fn take_slot(front: &Front) -> Result<RequestSlot, Rejection> {
     let Some(permit) = front.request_slots.try_take() else {
-        front
-            .metrics
-            .limit_hits
-            .with_label_values(&["max_concurrent_requests"])
-            .inc();
+        front.metrics.limits.hit(Limit::MaxConcurrentRequests);
         return Err(Rejection::new(
             RejectionKind::Overloaded,
             format!(

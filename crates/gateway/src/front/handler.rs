@@ -193,7 +193,7 @@ async fn handle_inner(
             Ok(b) => b,
             Err(e) => {
                 if let Some(limit) = e.limit() {
-                    front.metrics.limit_hits.with_label_values(&[limit]).inc();
+                    front.metrics.limits.hit(limit);
                 }
                 if e.closes_connection() {
                     conn.close.cancel();

@@ -22,6 +22,7 @@ use super::connection::{self, ConnPolicy, LimitCounter};
 use super::deps::Front;
 use super::handler::handle;
 use super::tls::TlsReloader;
+use crate::metrics::Limit;
 
 /// What the request path knows about the connection a request came on.
 #[derive(Debug, Clone)]
@@ -59,9 +60,9 @@ async fn serve_connection<I>(
     };
     drop(cfg);
     let counter = LimitCounter {
-        hits: front.metrics.limit_hits.clone(),
-        header_timeout: "header_read_timeout",
-        idle: "idle_timeout",
+        hits: front.metrics.limits.clone(),
+        header_timeout: Limit::HeaderReadTimeout,
+        idle: Limit::IdleTimeout,
     };
     let close = info.close.clone();
     let svc_front = front.clone();
@@ -74,8 +75,8 @@ async fn serve_connection<I>(
 }
 
 const CAP_LABELS: CapLabels = CapLabels {
-    total: "max_connections",
-    per_source: "max_connections_per_source",
+    total: Limit::MaxConnections,
+    per_source: Limit::MaxConnectionsPerSource,
 };
 
 /// Serves `listener` until `shutdown` fires, then waits up to `drain` for open connections.
@@ -92,7 +93,7 @@ pub async fn serve(
         "mcp",
         CAP_LABELS,
         &front.metrics.accept_errors,
-        front.metrics.limit_hits.clone(),
+        front.metrics.limits.clone(),
     );
     let caps_front = front.clone();
     let caps = move || {
@@ -138,11 +139,7 @@ pub async fn serve(
                                 return;
                             }
                             Err(_) => {
-                                front
-                                    .metrics
-                                    .limit_hits
-                                    .with_label_values(&["tls_handshake_timeout"])
-                                    .inc();
+                                front.metrics.limits.hit(Limit::TlsHandshakeTimeout);
                                 return;
                             }
                         };

@@ -13,6 +13,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 
 use crate::error::{Rejection, RejectionKind};
+use crate::metrics::Limit;
 
 /// Why a body could not be read.
 #[derive(Debug)]
@@ -26,11 +27,11 @@ pub enum BodyError {
 }
 
 impl BodyError {
-    /// The `limit_hits_total` label, for the failures a configured limit caused.
-    pub fn limit(&self) -> Option<&'static str> {
+    /// The limit behind the failure, when a configured one caused it (`limit_hits_total`).
+    pub fn limit(&self) -> Option<Limit> {
         match self {
-            BodyError::TooLarge(_) => Some("max_body_bytes"),
-            BodyError::Late(_) => Some("body_read_timeout"),
+            BodyError::TooLarge(_) => Some(Limit::MaxBodyBytes),
+            BodyError::Late(_) => Some(Limit::BodyReadTimeout),
             BodyError::Broken(_) => None,
         }
     }

@@ -39,6 +39,7 @@ use serde_json::Value;
 use super::deps::Engine;
 use crate::caller_scope::Caller;
 use crate::error::{Fault, Recorded, Rejection, RejectionKind};
+use crate::metrics::Limit;
 use crate::single_use::{self, Claim, Owner, SingleUseStore, StoreError};
 use crate::state::StatePayload;
 use mrtr_wire::jsonrpc::ErrorObject;
@@ -105,9 +106,8 @@ pub async fn claim(
         if let StoreError::PrincipalQuota { .. } = e {
             engine
                 .metrics
-                .limit_hits
-                .with_label_values(&["single_use_max_entries_per_principal"])
-                .inc();
+                .limits
+                .hit(Limit::SingleUseMaxEntriesPerPrincipal);
         }
         if e.may_have_landed() {
             // The claim may be in the store although its answer never came: this presentation

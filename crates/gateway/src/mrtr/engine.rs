@@ -470,11 +470,7 @@ async fn park_or_cancel(
                     reason,
                     ..
                 } = *refused;
-                engine
-                    .metrics
-                    .limit_hits
-                    .with_label_values(&[reason.limit()])
-                    .inc();
+                engine.metrics.limits.hit(reason.limit());
                 let _ = parked_call
                     .session
                     .cancel(parked_call.call_id, "not parked")

@@ -28,6 +28,7 @@ use crate::caller_scope::Caller;
 use crate::error::{Rejection, RejectionKind};
 use crate::legacy::exchange::Reader;
 use crate::legacy::session::{Inbound, LegacySession, StreamTag};
+use crate::metrics::Limit;
 
 /// What a parked call needs to resume.
 pub struct ParkedCall {
@@ -103,12 +104,12 @@ pub enum ParkRefusal {
 }
 
 impl ParkRefusal {
-    /// The `limit_hits_total` label.
-    pub fn limit(self) -> &'static str {
+    /// The limit that was hit (`limit_hits_total`).
+    pub fn limit(self) -> Limit {
         match self {
-            ParkRefusal::Full => "parking_full",
-            ParkRefusal::PrincipalQuota => "parking_per_principal",
-            ParkRefusal::StdioReserve => "parking_stdio_reserve",
+            ParkRefusal::Full => Limit::ParkingFull,
+            ParkRefusal::PrincipalQuota => Limit::ParkingPerPrincipal,
+            ParkRefusal::StdioReserve => Limit::ParkingStdioReserve,
         }
     }
 

@@ -8,7 +8,7 @@ use super::engine::{Presented, Serving};
 use super::run::{Call, Question};
 use super::state_size;
 use crate::error::{Rejection, RejectionKind};
-use crate::metrics::method_label;
+use crate::metrics::{Limit, method_label};
 use crate::state::{ParkRef, Pending};
 use crate::translate;
 
@@ -96,11 +96,7 @@ pub(super) async fn seal_round(
                     .await;
                 r.call.session.close().await;
             }
-            engine
-                .metrics
-                .limit_hits
-                .with_label_values(&["state_max_bytes"])
-                .inc();
+            engine.metrics.limits.hit(Limit::StateMaxBytes);
             return Err(state_size::rejection(
                 &engine.codec,
                 &call.describe(),

@@ -10,6 +10,10 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
+mod limits;
+
+pub use limits::{Limit, LimitHits};
+
 pub struct Metrics {
     pub registry: Registry,
     pub requests: IntCounterVec,
@@ -40,7 +44,8 @@ pub struct Metrics {
     pub parked_evictions: IntCounterVec,
     pub max_rounds_exceeded: IntCounterVec,
     pub volatile_questions: IntCounterVec,
-    pub limit_hits: IntCounterVec,
+    /// `limit_hits_total{limit}`, counted by typed [`Limit`].
+    pub limits: LimitHits,
     /// `subscriptions/listen` streams open now.
     pub listen_streams: IntGauge,
     /// Requests of legacy clients passed through to the legacy server (dual-era front).
@@ -121,7 +126,7 @@ impl Metrics {
             parked_evictions: engine.parked_evictions,
             max_rounds_exceeded: engine.max_rounds_exceeded,
             volatile_questions: engine.volatile_questions,
-            limit_hits: process.limit_hits,
+            limits: LimitHits::new(process.limit_hits),
             listen_streams: front.listen_streams,
             legacy_passthrough: front.legacy_passthrough,
             requests_reading_body: front.requests_reading_body,
