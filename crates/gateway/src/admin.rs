@@ -39,7 +39,9 @@ async fn route(gw: &Gateway, req: Request<hyper::body::Incoming>) -> Response<Bo
     }
     match req.uri().path() {
         "/metrics" => {
-            gw.metrics.sync_jwks(&gw.auth().counters().snapshot());
+            gw.metrics
+                .process()
+                .sync_jwks(&gw.auth().counters().snapshot());
             let mut r = Response::new(respond::full(gw.metrics.render()));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -131,8 +133,8 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, shutdown: Cancellati
         listener,
         "admin",
         CAP_LABELS,
-        &gw.metrics.accept_errors,
-        gw.metrics.limits.clone(),
+        &gw.metrics.front(),
+        gw.metrics.limits(),
     );
     let caps_gw = gw.clone();
     let caps = move || Caps {
@@ -140,7 +142,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, shutdown: Cancellati
         per_source: None,
     };
     let counter = LimitCounter {
-        hits: gw.metrics.limits.clone(),
+        hits: gw.metrics.limits(),
         header_timeout: Limit::AdminHeaderReadTimeout,
         idle: Limit::AdminIdleTimeout,
     };
@@ -162,7 +164,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, shutdown: Cancellati
             async move {
                 let allowed = &gw.config().admin.allowed_hosts;
                 if !host_allowed(req.headers(), req.uri(), bound, allowed) {
-                    gw.metrics.limits.hit(Limit::AdminAllowedHosts);
+                    gw.metrics.limits().hit(Limit::AdminAllowedHosts);
                     return misdirected();
                 }
                 route(&gw, req).await

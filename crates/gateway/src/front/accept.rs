@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::conn_limits::{Caps, ConnLimits, ConnPermit, Refusal};
-use crate::metrics::{Limit, LimitHits};
+use crate::metrics::{FrontMetrics, Limit, LimitHits};
 
 /// Metric labels of one listener's caps.
 #[derive(Debug, Clone, Copy)]
@@ -69,7 +69,7 @@ impl Acceptor {
         listener: TcpListener,
         name: &'static str,
         labels: CapLabels,
-        errors: &prometheus::IntCounterVec,
+        metrics: &FrontMetrics,
         hits: LimitHits,
     ) -> Acceptor {
         Acceptor {
@@ -77,7 +77,7 @@ impl Acceptor {
             limits: ConnLimits::new(),
             name,
             labels,
-            errors: errors.with_label_values(&[name]),
+            errors: metrics.accept_errors(name),
             hits,
             streak: 0,
         }

@@ -224,7 +224,7 @@ fn admit_get_stream(front: &Front, caller: &Caller) -> Result<StreamPlace, Rejec
             ),
         ),
     };
-    front.metrics.limits.hit(limit);
+    front.limits.hit(limit);
     Err(rejection)
 }
 
@@ -311,11 +311,7 @@ async fn forward(
         })?;
         out.insert(SESSION_HEADER, sid);
     }
-    front
-        .metrics
-        .legacy_passthrough
-        .with_label_values(&[f.kind])
-        .inc();
+    front.metrics.passed_through(f.kind);
     let get = f.method == Method::GET;
     let resp = http
         .send(f.method, out, f.body)
@@ -376,7 +372,7 @@ async fn forward(
         Ends {
             shutdown: None,
             deadline: Some(Instant::now() + front.config().upstream.call_timeout),
-            hits: front.metrics.limits.clone(),
+            hits: front.limits.clone(),
         }
     };
     *r.body_mut() = relay(body, ends);

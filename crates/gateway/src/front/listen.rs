@@ -294,7 +294,7 @@ fn admit(
     let limits = &cfg.subscriptions;
     let requested = Filter::parse(params)?;
     if requested.uris.len() > limits.max_resource_subscriptions {
-        front.metrics.limits.hit(Limit::MaxResourceSubscriptions);
+        front.limits.hit(Limit::MaxResourceSubscriptions);
         return Err(bad_filter(format!(
             "params.notifications.resourceSubscriptions names {} URIs; the limit is {} (subscriptions.max_resource_subscriptions)",
             requested.uris.len(),
@@ -320,7 +320,7 @@ fn admit(
     ) {
         Ok(place) => Ok((requested, place)),
         Err(StreamRefusal::Full) => {
-            front.metrics.limits.hit(Limit::MaxListenStreams);
+            front.limits.hit(Limit::MaxListenStreams);
             Err(Rejection::new(
                 RejectionKind::MaxListenStreams,
                 format!(
@@ -330,10 +330,7 @@ fn admit(
             ))
         }
         Err(StreamRefusal::CallerQuota) => {
-            front
-                .metrics
-                .limits
-                .hit(Limit::MaxListenStreamsPerPrincipal);
+            front.limits.hit(Limit::MaxListenStreamsPerPrincipal);
             Err(Rejection::new(
                 RejectionKind::ListenStreamQuota,
                 format!(

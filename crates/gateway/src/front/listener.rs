@@ -36,14 +36,6 @@ pub struct ConnInfo {
     pub close: CancellationToken,
 }
 
-struct ConnGauge(prometheus::IntGauge);
-
-impl Drop for ConnGauge {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
-
 async fn serve_connection<I>(
     front: Arc<Front>,
     io: I,
@@ -60,7 +52,7 @@ async fn serve_connection<I>(
     };
     drop(cfg);
     let counter = LimitCounter {
-        hits: front.metrics.limits.clone(),
+        hits: front.limits.clone(),
         header_timeout: Limit::HeaderReadTimeout,
         idle: Limit::IdleTimeout,
     };
@@ -92,8 +84,8 @@ pub async fn serve(
         listener,
         "mcp",
         CAP_LABELS,
-        &front.metrics.accept_errors,
-        front.metrics.limits.clone(),
+        &front.metrics,
+        front.limits.clone(),
     );
     let caps_front = front.clone();
     let caps = move || {
@@ -115,10 +107,9 @@ pub async fn serve(
         let front = front.clone();
         let tls = tls.clone();
         let shutdown = shutdown.clone();
-        front.metrics.active_connections.inc();
-        let gauge = ConnGauge(front.metrics.active_connections.clone());
+        let connection = front.metrics.connection_opened();
         tracker.spawn(async move {
-            let _gauge = gauge;
+            let _connection = connection;
             let _permit = permit;
             match tls {
                 None => {
@@ -139,7 +130,7 @@ pub async fn serve(
                                 return;
                             }
                             Err(_) => {
-                                front.metrics.limits.hit(Limit::TlsHandshakeTimeout);
+                                front.limits.hit(Limit::TlsHandshakeTimeout);
                                 return;
                             }
                         };

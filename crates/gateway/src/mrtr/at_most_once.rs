@@ -104,10 +104,7 @@ pub async fn claim(
     let owner = Owner::new(caller.as_str());
     let refused = |e: StoreError| {
         if let StoreError::PrincipalQuota { .. } = e {
-            engine
-                .metrics
-                .limits
-                .hit(Limit::SingleUseMaxEntriesPerPrincipal);
+            engine.limits.hit(Limit::SingleUseMaxEntriesPerPrincipal);
         }
         if e.may_have_landed() {
             // The claim may be in the store although its answer never came: this presentation
