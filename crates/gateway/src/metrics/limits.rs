@@ -45,6 +45,38 @@ pub enum Limit {
 }
 
 impl Limit {
+    /// Every limit (keep in step with the enum: the documentation test walks this list).
+    pub const ALL: [Limit; 28] = [
+        Limit::MaxConnections,
+        Limit::MaxConnectionsPerSource,
+        Limit::HeaderReadTimeout,
+        Limit::IdleTimeout,
+        Limit::TlsHandshakeTimeout,
+        Limit::MaxBodyBytes,
+        Limit::BodyReadTimeout,
+        Limit::MaxConcurrentRequests,
+        Limit::AdminMaxConnections,
+        Limit::AdminHeaderReadTimeout,
+        Limit::AdminIdleTimeout,
+        Limit::AdminAllowedHosts,
+        Limit::StateMaxBytes,
+        Limit::ParkingFull,
+        Limit::ParkingPerPrincipal,
+        Limit::ParkingStdioReserve,
+        Limit::SingleUseMaxEntriesPerPrincipal,
+        Limit::UpstreamMaxEventBytes,
+        Limit::UpstreamMaxStreamBytes,
+        Limit::UpstreamMaxLineBytes,
+        Limit::UpstreamResumeAttempts,
+        Limit::StdioMaxChildren,
+        Limit::MaxListenStreams,
+        Limit::MaxListenStreamsPerPrincipal,
+        Limit::MaxResourceSubscriptions,
+        Limit::MaxLegacyGetStreams,
+        Limit::MaxLegacyGetStreamsPerPrincipal,
+        Limit::LegacyPassthroughCallTimeout,
+    ];
+
     /// The `limit` label value.
     pub fn label(self) -> &'static str {
         match self {
@@ -136,5 +168,23 @@ mod tests {
         hits.hit(Limit::MaxListenStreams);
         LimitHits::none().hit(Limit::MaxListenStreams);
         assert_eq!(c.with_label_values(&["max_listen_streams"]).get(), 2);
+    }
+
+    #[test]
+    fn every_limit_is_documented_once_under_its_own_label() {
+        let doc = include_str!("../../../../docs/metrics.md");
+        let table = doc
+            .split("## `limit_hits_total{limit}`")
+            .nth(1)
+            .expect("docs/metrics.md has the limit table");
+        let mut seen = std::collections::HashSet::new();
+        for limit in Limit::ALL {
+            assert!(seen.insert(limit.label()), "{limit:?}: label used twice");
+            assert!(
+                table.contains(&format!("`{}`", limit.label())),
+                "{limit:?} ({}) is missing from docs/metrics.md",
+                limit.label()
+            );
+        }
     }
 }
