@@ -186,7 +186,7 @@ impl Guard {
             return;
         }
         if client_left {
-            self.store.metrics().detached_runs.inc();
+            self.store.metrics().detached_run();
             tracing::info!(
                 "the client went away during a claimed retry; the call was finished and its \
                  outcome kept for the next presentation of the state"
