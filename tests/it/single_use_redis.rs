@@ -306,7 +306,7 @@ async fn claim_progress_outcome_and_release() {
         .unwrap();
     assert_eq!(none, None, "an outcome that is not kept is not stored");
 
-    let count = |label: &str| metrics.claims.with_label_values(&[label]).get();
+    let count = |label: &str| metrics.claims(label);
     assert_eq!(count("acquired"), 7);
     assert_eq!(count("in_progress"), 2);
     assert_eq!(count("done"), 3);
@@ -359,8 +359,8 @@ async fn unstarted_claims_are_taken_over_after_the_lease_and_started_ones_never(
         s.claim("c", &owner(), MINUTE).await.unwrap(),
         Claim::Done(Bytes::from_static(b"late"))
     );
-    assert_eq!(metrics.claims.with_label_values(&["taken_over"]).get(), 1);
-    assert!(metrics.claims.with_label_values(&["lost"]).get() >= 1);
+    assert_eq!(metrics.claims("taken_over"), 1);
+    assert!(metrics.claims("lost") >= 1);
 }
 
 #[tokio::test]
@@ -493,7 +493,7 @@ async fn fails_closed_while_redis_is_down_and_recovers_after_a_restart() {
     assert!(s.release("before", &before).await.is_err());
     let errors: u64 = ["unavailable", "timeout"]
         .iter()
-        .map(|r| metrics.errors.with_label_values(&[r]).get())
+        .map(|r| metrics.errors(r))
         .sum();
     assert_eq!(errors, 5);
 
@@ -580,7 +580,7 @@ async fn an_out_of_memory_redis_is_reported_full_and_keeps_live_claims() {
             .iter()
             .any(|(n, _)| n == http::header::RETRY_AFTER)
     );
-    assert_eq!(metrics.errors.with_label_values(&["full"]).get(), 1);
+    assert_eq!(metrics.errors("full"), 1);
     // Nothing was evicted: the first claim is still held.
     assert_eq!(
         s.claim("first", &owner(), MINUTE).await.unwrap(),

@@ -31,6 +31,7 @@ use crate::front::conn_limits::Caps;
 use crate::front::connection::{self, ConnPolicy, LimitCounter};
 use crate::front::respond::{self, Body};
 use crate::gateway::Gateway;
+use crate::metrics::Limit;
 
 async fn route(gw: &Gateway, req: Request<hyper::body::Incoming>) -> Response<Body> {
     if req.method() != Method::GET {
@@ -38,7 +39,9 @@ async fn route(gw: &Gateway, req: Request<hyper::body::Incoming>) -> Response<Bo
     }
     match req.uri().path() {
         "/metrics" => {
-            gw.metrics.sync_jwks(&gw.auth().counters().snapshot());
+            gw.metrics
+                .process()
+                .sync_jwks(&gw.auth().counters().snapshot());
             let mut r = Response::new(respond::full(gw.metrics.render()));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -113,8 +116,8 @@ fn misdirected() -> Response<Body> {
 }
 
 const CAP_LABELS: CapLabels = CapLabels {
-    total: "admin_max_connections",
-    per_source: "admin_max_connections",
+    total: Limit::AdminMaxConnections,
+    per_source: Limit::AdminMaxConnections,
 };
 
 /// Serves the admin endpoints until `shutdown`.
@@ -130,8 +133,8 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, shutdown: Cancellati
         listener,
         "admin",
         CAP_LABELS,
-        &gw.metrics.accept_errors,
-        gw.metrics.limit_hits.clone(),
+        &gw.metrics.front(),
+        gw.metrics.limits(),
     );
     let caps_gw = gw.clone();
     let caps = move || Caps {
@@ -139,9 +142,9 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, shutdown: Cancellati
         per_source: None,
     };
     let counter = LimitCounter {
-        hits: gw.metrics.limit_hits.clone(),
-        header_timeout: "admin_header_read_timeout",
-        idle: "admin_idle_timeout",
+        hits: gw.metrics.limits(),
+        header_timeout: Limit::AdminHeaderReadTimeout,
+        idle: Limit::AdminIdleTimeout,
     };
     loop {
         let accepted = tokio::select! {
@@ -161,10 +164,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, shutdown: Cancellati
             async move {
                 let allowed = &gw.config().admin.allowed_hosts;
                 if !host_allowed(req.headers(), req.uri(), bound, allowed) {
-                    gw.metrics
-                        .limit_hits
-                        .with_label_values(&["admin_allowed_hosts"])
-                        .inc();
+                    gw.metrics.limits().hit(Limit::AdminAllowedHosts);
                     return misdirected();
                 }
                 route(&gw, req).await

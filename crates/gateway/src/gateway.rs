@@ -12,12 +12,12 @@ use crate::config::Config;
 use crate::drain::Drain;
 use crate::front::deps::{Front, RequestSlots};
 use crate::front::long_lived::LongLived;
-use crate::legacy::pool::{PoolKey, PoolMetrics, SessionPool};
+use crate::legacy::pool::{PoolKey, SessionPool};
 use crate::metrics::Metrics;
 use crate::mrtr::deps::Engine;
 use crate::mrtr::parking::ParkingLot;
-use crate::sessions::{SessionMetrics, Sessions};
-use crate::single_use::{SingleUseMetrics, SingleUseStore};
+use crate::sessions::Sessions;
+use crate::single_use::SingleUseStore;
 use crate::state::{KeyRing, StateCodec, StateLimits};
 
 /// The composition root of the library: builds every part once, hands each layer its own
@@ -82,28 +82,20 @@ impl Gateway {
             .clone()
             .unwrap_or_else(crate::request_id::random_id);
         let metrics = Metrics::new(&instance_id);
-        metrics.key_ring_keys.set(config.state.keys.len() as i64);
-        let parking = ParkingLot::new(
-            metrics.parked_calls.clone(),
-            metrics.parked_evictions.clone(),
-        );
+        metrics.process().key_ring(config.state.keys.len());
+        let parking = ParkingLot::new(metrics.parking());
         let auth = Authenticator::new(config.auth.clone()).map_err(|e| e.to_string())?;
-        let single_use_metrics =
-            SingleUseMetrics::register(&metrics.registry).map_err(|e| e.to_string())?;
-        let single_use = SingleUseStore::build(&config.single_use, single_use_metrics)
+        let single_use = SingleUseStore::build(&config.single_use, metrics.single_use())
             .map_err(|e| e.to_string())?;
         let drain = Drain::new();
+        let (listen_streams, legacy_get_streams) = metrics.front().stream_gauges();
         let long_lived = crate::front::long_lived::LongLived::new(
-            metrics.listen_streams.clone(),
-            metrics.legacy_get_streams.clone(),
+            listen_streams,
+            legacy_get_streams,
             drain.closing().clone(),
         );
         let pool = Arc::new(SessionPool::new(
-            PoolMetrics {
-                idle: metrics.pool_idle.clone(),
-                checkouts: metrics.pool_checkouts.clone(),
-                discards: metrics.pool_discards.clone(),
-            },
+            metrics.pool(),
             config.pool.idle_timeout,
             Some(long_lived.relay_handle()),
         ));
@@ -123,13 +115,8 @@ impl Gateway {
         let sessions = Arc::new(Sessions::new(
             config.clone(),
             pool.clone(),
-            SessionMetrics {
-                opened: metrics.legacy_sessions_opened.clone(),
-                failed: metrics.legacy_sessions_failed.clone(),
-                active: metrics.legacy_sessions_active.clone(),
-                limit_hits: metrics.limit_hits.clone(),
-                upstream_checks: metrics.upstream_checks.clone(),
-            },
+            metrics.sessions(),
+            metrics.limits(),
         ));
         let auth = Arc::new(ArcSwap::from_pointee(auth));
         let single_use = Arc::new(ArcSwap::from_pointee(single_use));
@@ -138,7 +125,8 @@ impl Gateway {
         let engine = Arc::new(Engine {
             config: config.clone(),
             codec: codec.clone(),
-            metrics: metrics.clone(),
+            metrics: metrics.engine(),
+            limits: metrics.limits(),
             instance_id: instance_id.clone(),
             clock,
             parking: parking.clone(),
@@ -152,7 +140,8 @@ impl Gateway {
             config: config.clone(),
             auth: auth.clone(),
             codec: codec.clone(),
-            metrics: metrics.clone(),
+            metrics: metrics.front(),
+            limits: metrics.limits(),
             sessions: sessions.clone(),
             long_lived: long_lived.clone(),
             instance_id: instance_id.clone(),
@@ -215,7 +204,7 @@ impl Gateway {
         self.sessions
             .reconfigure(&old.upstream, &new.upstream, &new.pool);
         self.codec.replace_ring(KeyRing::new(&new.state.keys));
-        self.metrics.key_ring_keys.set(new.state.keys.len() as i64);
+        self.metrics.process().key_ring(new.state.keys.len());
         self.codec.set_limits(StateLimits {
             ttl: new.state.ttl,
             max_bytes: new.state.max_bytes,
@@ -257,7 +246,7 @@ impl Gateway {
     /// The drain's first phase: readiness off (and the `draining` gauge at 1).
     pub fn start_draining(&self) {
         self.drain.begin();
-        self.metrics.draining.set(1);
+        self.metrics.process().draining();
     }
 
     pub fn is_draining(&self) -> bool {

@@ -79,12 +79,7 @@ impl Reloader {
         {
             errors.push(e);
         }
-        let result = if errors.is_empty() { "ok" } else { "error" };
-        self.gw
-            .metrics
-            .config_reloads
-            .with_label_values(&[result])
-            .inc();
+        self.gw.metrics.process().reloaded(errors.is_empty());
         if errors.is_empty() {
             let ring = self.gw.codec.ring();
             tracing::info!(keys = ?ring.ids(), "configuration reloaded");

@@ -7,27 +7,15 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use http::HeaderMap;
-use prometheus::{IntCounter, IntCounterVec, IntGauge};
 
 use crate::config::{Config, PoolConfig, PoolMode, UpstreamConfig};
 use crate::error::Rejection;
 use crate::legacy::exchange::{Exchange, Reader};
-use crate::legacy::limit_hits::LimitHits;
 use crate::legacy::pool::{Lease, PoolKey, SessionPool};
 use crate::legacy::upstream::Upstream;
+use crate::metrics::{LimitHits, SessionMetrics};
 use crate::upstream_check::{CheckCredentials, CheckTiming, UpstreamCheck};
 use mrtr_wire::capabilities::Declared;
-
-/// The session counters (`legacy_sessions_*`) and the limit counter the transports report to.
-#[derive(Clone)]
-pub struct SessionMetrics {
-    pub opened: IntCounter,
-    pub failed: IntCounterVec,
-    pub active: IntGauge,
-    pub limit_hits: IntCounterVec,
-    /// `upstream_checks_total{result}`.
-    pub upstream_checks: IntCounterVec,
-}
 
 pub struct Sessions {
     upstream: ArcSwap<Upstream>,
@@ -36,23 +24,26 @@ pub struct Sessions {
     config: Arc<ArcSwap<Config>>,
     /// The cached, single-flight check that the upstream in force speaks MCP (`/readyz`).
     check: UpstreamCheck,
-    metrics: SessionMetrics,
+    metrics: Arc<SessionMetrics>,
+    /// Handed to each upstream client built, for the limits its transports enforce.
+    limits: LimitHits,
 }
 
 impl Sessions {
     pub fn new(
         config: Arc<ArcSwap<Config>>,
         pool: Arc<SessionPool>,
-        metrics: SessionMetrics,
+        metrics: Arc<SessionMetrics>,
+        limits: LimitHits,
     ) -> Sessions {
-        let hits = LimitHits::new(metrics.limit_hits.clone());
-        let upstream = Upstream::from_config(&config.load().upstream, hits);
+        let upstream = Upstream::from_config(&config.load().upstream, limits.clone());
         Sessions {
             upstream: ArcSwap::from_pointee(upstream),
             pool,
             config,
-            check: UpstreamCheck::new(metrics.upstream_checks.clone()),
+            check: UpstreamCheck::new(metrics.checks()),
             metrics,
+            limits,
         }
     }
 
@@ -81,7 +72,7 @@ impl Sessions {
         if format!("{old:?}") != format!("{new:?}") {
             let upstream = crate::config::redact::redacted_url(&new.url);
             tracing::info!(%upstream, "upstream changed; new calls use it");
-            let hits = LimitHits::new(self.metrics.limit_hits.clone());
+            let hits = self.limits.clone();
             self.upstream
                 .store(Arc::new(Upstream::from_config(new, hits)));
             let pool = self.pool.clone();
@@ -101,13 +92,13 @@ impl Sessions {
     ) -> Result<Exchange, Rejection> {
         match self.upstream().open(declared, headers).await {
             Ok((mut session, rx)) => {
-                self.metrics.opened.inc();
-                session.track_with(self.metrics.active.clone());
+                self.metrics.opened();
+                session.track_with(self.metrics.open_sessions());
                 Ok(Exchange::new(session, Reader::new(rx)))
             }
             Err(e) => {
                 let rej = crate::upstream_error::session_rejection(&e);
-                self.metrics.failed.with_label_values(&[rej.reason()]).inc();
+                self.metrics.failed(rej.reason());
                 Err(rej)
             }
         }

@@ -221,7 +221,7 @@ async fn probe(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::legacy::limit_hits::LimitHits;
+    use crate::metrics::LimitHits;
 
     fn counter() -> IntCounterVec {
         IntCounterVec::new(prometheus::Opts::new("checks", "checks"), &["result"]).unwrap()

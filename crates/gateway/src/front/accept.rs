@@ -18,12 +18,13 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::conn_limits::{Caps, ConnLimits, ConnPermit, Refusal};
+use crate::metrics::{FrontMetrics, Limit, LimitHits};
 
 /// Metric labels of one listener's caps.
 #[derive(Debug, Clone, Copy)]
 pub struct CapLabels {
-    pub total: &'static str,
-    pub per_source: &'static str,
+    pub total: Limit,
+    pub per_source: Limit,
 }
 
 /// A connection the caps admitted.
@@ -58,7 +59,7 @@ pub struct Acceptor {
     name: &'static str,
     labels: CapLabels,
     errors: prometheus::IntCounter,
-    hits: prometheus::IntCounterVec,
+    hits: LimitHits,
     streak: u32,
 }
 
@@ -68,15 +69,15 @@ impl Acceptor {
         listener: TcpListener,
         name: &'static str,
         labels: CapLabels,
-        errors: &prometheus::IntCounterVec,
-        hits: prometheus::IntCounterVec,
+        metrics: &FrontMetrics,
+        hits: LimitHits,
     ) -> Acceptor {
         Acceptor {
             listener,
             limits: ConnLimits::new(),
             name,
             labels,
-            errors: errors.with_label_values(&[name]),
+            errors: metrics.accept_errors(name),
             hits,
             streak: 0,
         }
@@ -122,12 +123,12 @@ impl Acceptor {
                     };
                 }
                 Err(refusal) => {
-                    let label = match refusal {
+                    let limit = match refusal {
                         Refusal::Total => self.labels.total,
                         Refusal::PerSource => self.labels.per_source,
                     };
-                    self.hits.with_label_values(&[label]).inc();
-                    tracing::debug!(listener = self.name, %peer, limit = label, "connection refused at accept");
+                    self.hits.hit(limit);
+                    tracing::debug!(listener = self.name, %peer, limit = limit.label(), "connection refused at accept");
                     drop(stream);
                 }
             }

@@ -22,28 +22,20 @@ use super::deps::Front;
 use super::long_lived::is_long_lived;
 use super::respond::{self, Body};
 use crate::error::{Rejection, RejectionKind};
+use crate::metrics::{Held, Limit};
 
 /// A request slot; dropping it frees the slot.
 pub struct RequestSlot {
     _permit: OwnedSemaphorePermit,
-    gauge: prometheus::IntGauge,
-}
-
-impl Drop for RequestSlot {
-    fn drop(&mut self) {
-        self.gauge.dec();
-    }
+    /// Counts the slot in `active_requests` while it is held.
+    _counted: Held,
 }
 
 /// A slot for a request that is now known to be real, or 503 + `Retry-After` when
 /// `listen.max_concurrent_requests` are being served (the gateway is full, not this caller).
 pub fn take_slot(front: &Front) -> Result<RequestSlot, Rejection> {
     let Some(permit) = front.request_slots.try_take() else {
-        front
-            .metrics
-            .limit_hits
-            .with_label_values(&["max_concurrent_requests"])
-            .inc();
+        front.limits.hit(Limit::MaxConcurrentRequests);
         return Err(Rejection::new(
             RejectionKind::Overloaded,
             format!(
@@ -52,10 +44,9 @@ pub fn take_slot(front: &Front) -> Result<RequestSlot, Rejection> {
             ),
         ));
     };
-    front.metrics.active_requests.inc();
     Ok(RequestSlot {
         _permit: permit,
-        gauge: front.metrics.active_requests.clone(),
+        _counted: front.metrics.slot_taken(),
     })
 }
 

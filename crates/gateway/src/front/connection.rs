@@ -34,6 +34,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
 use super::respond::{self, Body};
+use crate::metrics::{Limit, LimitHits};
 
 /// The time limits and stream cap of one connection.
 #[derive(Debug, Clone, Copy)]
@@ -43,20 +44,21 @@ pub struct ConnPolicy {
     pub http2_max_concurrent_streams: u32,
 }
 
-/// Where a connection closed by a limit is counted: `limit_hits_total{limit=<label>}`.
+/// Where a connection closed by a limit is counted, and under which limits (the MCP and admin
+/// listeners name theirs apart).
 #[derive(Clone)]
 pub struct LimitCounter {
-    pub hits: prometheus::IntCounterVec,
+    pub hits: LimitHits,
     /// No request started within `header_read_timeout`, or (HTTP/1) a request's headers did
     /// not arrive in time.
-    pub header_timeout: &'static str,
+    pub header_timeout: Limit,
     /// No request in flight for `idle_timeout`.
-    pub idle: &'static str,
+    pub idle: Limit,
 }
 
 impl LimitCounter {
-    fn hit(&self, label: &'static str) {
-        self.hits.with_label_values(&[label]).inc();
+    fn hit(&self, limit: Limit) {
+        self.hits.hit(limit);
     }
 }
 

@@ -13,7 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::auth::Authenticator;
 use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::metrics::{FrontMetrics, LimitHits};
 use crate::mrtr::deps::Engine;
 use crate::sessions::Sessions;
 use crate::state::StateCodec;
@@ -27,7 +27,10 @@ pub struct Front {
     pub auth: Arc<ArcSwap<Authenticator>>,
     /// Seals and opens the session ids of passed-through legacy clients.
     pub codec: Arc<StateCodec>,
-    pub metrics: Arc<Metrics>,
+    /// What the front records (requests, connections, bodies, streams, passthrough).
+    pub metrics: Arc<FrontMetrics>,
+    /// Where the limits the front enforces are counted.
+    pub limits: LimitHits,
     pub sessions: Arc<Sessions>,
     /// Listen and legacy GET streams: their count, quotas and end.
     pub long_lived: Arc<LongLived>,

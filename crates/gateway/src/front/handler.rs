@@ -22,7 +22,7 @@ use crate::caller_scope::CallerScope;
 use crate::config::Config;
 use crate::error::{Rejection, RejectionKind};
 use crate::legacy::session::SESSION_HEADER;
-use crate::metrics::method_label;
+use crate::metrics::{Outcome, method_label};
 use crate::mrtr::engine::{self, Call};
 use mrtr_wire::capabilities::Declared;
 use mrtr_wire::protocol::methods::{Route, route};
@@ -30,20 +30,17 @@ use mrtr_wire::protocol::methods::{Route, route};
 /// Counts the outcome and writes the one access-log line of the request (inside its span,
 /// which carries the request id and instance id). Never logs payloads, states or answers.
 fn record(front: &Front, method: &str, outcome: &Result<Value, Rejection>) {
-    let kind = match outcome {
+    let answered = match outcome {
         Ok(r) if r.get("resultType").and_then(Value::as_str) == Some("input_required") => {
-            "input_required"
+            Outcome::InputRequired
         }
-        Ok(_) => "complete",
+        Ok(_) => Outcome::Complete,
         Err(rej) => {
-            front
-                .metrics
-                .rejections
-                .with_label_values(&[rej.reason(), rej.fault().as_str()])
-                .inc();
-            "error"
+            front.metrics.rejected(rej);
+            Outcome::Error
         }
     };
+    let kind = answered.label();
     match outcome {
         Err(rej) => {
             let row = error_map::row(rej.kind());
@@ -63,11 +60,7 @@ fn record(front: &Front, method: &str, outcome: &Result<Value, Rejection>) {
             "request done"
         ),
     }
-    front
-        .metrics
-        .requests
-        .with_label_values(&[method_label(method), kind])
-        .inc();
+    front.metrics.answered(method, answered);
 }
 
 fn refuse(front: &Front, method: &str, id: Option<&Value>, rej: Rejection) -> Response<Body> {
@@ -186,14 +179,14 @@ async fn handle_inner(
             body,
             cfg.listen.max_body_bytes,
             cfg.listen.body_read_timeout,
-            &front.metrics.requests_reading_body,
+            front.metrics.reading_body(),
         )
         .await
         {
             Ok(b) => b,
             Err(e) => {
                 if let Some(limit) = e.limit() {
-                    front.metrics.limit_hits.with_label_values(&[limit]).inc();
+                    front.limits.hit(limit);
                 }
                 if e.closes_connection() {
                     conn.close.cancel();

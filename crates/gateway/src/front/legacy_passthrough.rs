@@ -61,6 +61,7 @@ use crate::caller_scope::Caller;
 use crate::error::{Rejection, RejectionKind};
 use crate::legacy::session::{SESSION_HEADER, SessionError, VERSION_HEADER};
 use crate::legacy::upstream::Upstream;
+use crate::metrics::{Limit, LimitHits};
 use crate::state::{SessionTicket, now_secs};
 use crate::upstream_error::session_rejection;
 use mrtr_wire::protocol::SUPPORTED_VERSIONS;
@@ -201,9 +202,9 @@ fn admit_get_stream(front: &Front, caller: &Caller) -> Result<StreamPlace, Rejec
         Ok(place) => return Ok(place),
         Err(r) => r,
     };
-    let (label, rejection) = match refusal {
+    let (limit, rejection) = match refusal {
         StreamRefusal::Full => (
-            "max_legacy_get_streams",
+            Limit::MaxLegacyGetStreams,
             Rejection::new(
                 RejectionKind::MaxLegacyGetStreams,
                 format!(
@@ -213,7 +214,7 @@ fn admit_get_stream(front: &Front, caller: &Caller) -> Result<StreamPlace, Rejec
             ),
         ),
         StreamRefusal::CallerQuota => (
-            "max_legacy_get_streams_per_principal",
+            Limit::MaxLegacyGetStreamsPerPrincipal,
             Rejection::new(
                 RejectionKind::LegacyGetStreamQuota,
                 format!(
@@ -223,7 +224,7 @@ fn admit_get_stream(front: &Front, caller: &Caller) -> Result<StreamPlace, Rejec
             ),
         ),
     };
-    front.metrics.limit_hits.with_label_values(&[label]).inc();
+    front.limits.hit(limit);
     Err(rejection)
 }
 
@@ -310,11 +311,7 @@ async fn forward(
         })?;
         out.insert(SESSION_HEADER, sid);
     }
-    front
-        .metrics
-        .legacy_passthrough
-        .with_label_values(&[f.kind])
-        .inc();
+    front.metrics.passed_through(f.kind);
     let get = f.method == Method::GET;
     let resp = http
         .send(f.method, out, f.body)
@@ -369,13 +366,13 @@ async fn forward(
         Ends {
             shutdown: Some(front.long_lived.shutdown().clone()),
             deadline: None,
-            hits: None,
+            hits: LimitHits::none(),
         }
     } else {
         Ends {
             shutdown: None,
             deadline: Some(Instant::now() + front.config().upstream.call_timeout),
-            hits: Some(front.metrics.limit_hits.clone()),
+            hits: front.limits.clone(),
         }
     };
     *r.body_mut() = relay(body, ends);
@@ -386,8 +383,8 @@ async fn forward(
 struct Ends {
     shutdown: Option<CancellationToken>,
     deadline: Option<Instant>,
-    /// Where a deadline cut is counted.
-    hits: Option<prometheus::IntCounterVec>,
+    /// Where a deadline cut is counted (nowhere for the standalone stream, which has none).
+    hits: LimitHits,
 }
 
 async fn cancelled(t: &Option<CancellationToken>) {
@@ -411,9 +408,7 @@ fn relay(body: Incoming, ends: Ends) -> Body {
             biased;
             _ = cancelled(&ends.shutdown) => return None,
             _ = reached(ends.deadline) => {
-                if let Some(h) = &ends.hits {
-                    h.with_label_values(&["legacy_passthrough_call_timeout"]).inc();
-                }
+                ends.hits.hit(Limit::LegacyPassthroughCallTimeout);
                 tracing::warn!("cut a passed-through legacy response at upstream.call_timeout");
                 return None;
             }

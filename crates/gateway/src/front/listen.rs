@@ -66,6 +66,7 @@ use crate::error::{Rejection, RejectionKind};
 use crate::legacy::exchange::{Event, Exchange};
 use crate::legacy::session::LegacySession;
 use crate::legacy::upstream::Upstream;
+use crate::metrics::Limit;
 use crate::translate;
 use crate::upstream_error::session_rejection;
 use mrtr_wire::capabilities::Declared;
@@ -293,11 +294,7 @@ fn admit(
     let limits = &cfg.subscriptions;
     let requested = Filter::parse(params)?;
     if requested.uris.len() > limits.max_resource_subscriptions {
-        front
-            .metrics
-            .limit_hits
-            .with_label_values(&["max_resource_subscriptions"])
-            .inc();
+        front.limits.hit(Limit::MaxResourceSubscriptions);
         return Err(bad_filter(format!(
             "params.notifications.resourceSubscriptions names {} URIs; the limit is {} (subscriptions.max_resource_subscriptions)",
             requested.uris.len(),
@@ -323,11 +320,7 @@ fn admit(
     ) {
         Ok(place) => Ok((requested, place)),
         Err(StreamRefusal::Full) => {
-            front
-                .metrics
-                .limit_hits
-                .with_label_values(&["max_listen_streams"])
-                .inc();
+            front.limits.hit(Limit::MaxListenStreams);
             Err(Rejection::new(
                 RejectionKind::MaxListenStreams,
                 format!(
@@ -337,11 +330,7 @@ fn admit(
             ))
         }
         Err(StreamRefusal::CallerQuota) => {
-            front
-                .metrics
-                .limit_hits
-                .with_label_values(&["max_listen_streams_per_principal"])
-                .inc();
+            front.limits.hit(Limit::MaxListenStreamsPerPrincipal);
             Err(Rejection::new(
                 RejectionKind::ListenStreamQuota,
                 format!(

@@ -22,6 +22,7 @@ use super::connection::{self, ConnPolicy, LimitCounter};
 use super::deps::Front;
 use super::handler::handle;
 use super::tls::TlsReloader;
+use crate::metrics::Limit;
 
 /// What the request path knows about the connection a request came on.
 #[derive(Debug, Clone)]
@@ -33,14 +34,6 @@ pub struct ConnInfo {
     /// sent (a request whose body did not arrive in time: the rest of it may still come, and
     /// would be read as the next request).
     pub close: CancellationToken,
-}
-
-struct ConnGauge(prometheus::IntGauge);
-
-impl Drop for ConnGauge {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
 }
 
 async fn serve_connection<I>(
@@ -59,9 +52,9 @@ async fn serve_connection<I>(
     };
     drop(cfg);
     let counter = LimitCounter {
-        hits: front.metrics.limit_hits.clone(),
-        header_timeout: "header_read_timeout",
-        idle: "idle_timeout",
+        hits: front.limits.clone(),
+        header_timeout: Limit::HeaderReadTimeout,
+        idle: Limit::IdleTimeout,
     };
     let close = info.close.clone();
     let svc_front = front.clone();
@@ -74,8 +67,8 @@ async fn serve_connection<I>(
 }
 
 const CAP_LABELS: CapLabels = CapLabels {
-    total: "max_connections",
-    per_source: "max_connections_per_source",
+    total: Limit::MaxConnections,
+    per_source: Limit::MaxConnectionsPerSource,
 };
 
 /// Serves `listener` until `shutdown` fires, then waits up to `drain` for open connections.
@@ -91,8 +84,8 @@ pub async fn serve(
         listener,
         "mcp",
         CAP_LABELS,
-        &front.metrics.accept_errors,
-        front.metrics.limit_hits.clone(),
+        &front.metrics,
+        front.limits.clone(),
     );
     let caps_front = front.clone();
     let caps = move || {
@@ -114,10 +107,9 @@ pub async fn serve(
         let front = front.clone();
         let tls = tls.clone();
         let shutdown = shutdown.clone();
-        front.metrics.active_connections.inc();
-        let gauge = ConnGauge(front.metrics.active_connections.clone());
+        let connection = front.metrics.connection_opened();
         tracker.spawn(async move {
-            let _gauge = gauge;
+            let _connection = connection;
             let _permit = permit;
             match tls {
                 None => {
@@ -138,11 +130,7 @@ pub async fn serve(
                                 return;
                             }
                             Err(_) => {
-                                front
-                                    .metrics
-                                    .limit_hits
-                                    .with_label_values(&["tls_handshake_timeout"])
-                                    .inc();
+                                front.limits.hit(Limit::TlsHandshakeTimeout);
                                 return;
                             }
                         };

@@ -13,6 +13,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 
 use crate::error::{Rejection, RejectionKind};
+use crate::metrics::{Held, Limit};
 
 /// Why a body could not be read.
 #[derive(Debug)]
@@ -26,11 +27,11 @@ pub enum BodyError {
 }
 
 impl BodyError {
-    /// The `limit_hits_total` label, for the failures a configured limit caused.
-    pub fn limit(&self) -> Option<&'static str> {
+    /// The limit behind the failure, when a configured one caused it (`limit_hits_total`).
+    pub fn limit(&self) -> Option<Limit> {
         match self {
-            BodyError::TooLarge(_) => Some("max_body_bytes"),
-            BodyError::Late(_) => Some("body_read_timeout"),
+            BodyError::TooLarge(_) => Some(Limit::MaxBodyBytes),
+            BodyError::Late(_) => Some(Limit::BodyReadTimeout),
             BodyError::Broken(_) => None,
         }
     }
@@ -62,25 +63,14 @@ impl From<BodyError> for Rejection {
     }
 }
 
-/// Counts a request in `requests_reading_body` while its body arrives.
-struct Reading(prometheus::IntGauge);
-
-impl Drop for Reading {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
-
-/// The whole body, at most `max_bytes`, complete within `deadline`; `reading` counts the
-/// requests waiting for theirs.
+/// The whole body, at most `max_bytes`, complete within `deadline`; `_reading` keeps the
+/// request counted among those waiting for theirs until it returns.
 pub async fn read(
     body: Incoming,
     max_bytes: usize,
     deadline: Duration,
-    reading: &prometheus::IntGauge,
+    _reading: Held,
 ) -> Result<Bytes, BodyError> {
-    reading.inc();
-    let _reading = Reading(reading.clone());
     match tokio::time::timeout(deadline, Limited::new(body, max_bytes).collect()).await {
         Err(_) => Err(BodyError::Late(deadline)),
         Ok(Ok(collected)) => Ok(collected.to_bytes()),

@@ -12,8 +12,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::handshake::VersionMemory;
-use super::limit_hits::LimitHits;
 use crate::config::UpstreamConfig;
+use crate::metrics::LimitHits;
 use crate::tls::upstream::TlsFailure;
 
 /// Why talking to the legacy server failed, at the HTTP level.

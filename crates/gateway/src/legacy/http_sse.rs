@@ -334,7 +334,7 @@ struct Reader {
     calls: Arc<PendingCalls>,
     tx: mpsc::Sender<Inbound>,
     idle: std::time::Duration,
-    hits: super::limit_hits::LimitHits,
+    hits: crate::metrics::LimitHits,
 }
 
 impl Reader {

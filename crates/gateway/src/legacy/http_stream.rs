@@ -144,7 +144,9 @@ impl StreamContext {
             body = loop {
                 fruitless += 1;
                 if fruitless > limits.resume_attempts {
-                    limits.hits.hit("upstream_resume_attempts");
+                    limits
+                        .hits
+                        .hit(crate::metrics::Limit::UpstreamResumeAttempts);
                     return Err(format!(
                         "gave up resuming the stream after {} reconnects without progress (upstream.resume_attempts); last: {last_error}",
                         limits.resume_attempts

@@ -6,7 +6,6 @@ pub mod handshake;
 pub mod http;
 pub mod http_sse;
 pub mod http_stream;
-pub mod limit_hits;
 pub mod pending;
 pub mod pool;
 pub mod relay;

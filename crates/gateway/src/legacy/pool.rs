@@ -27,6 +27,7 @@ use super::roots_refresh::RootsRefreshMemory;
 use super::session::LegacySession;
 use crate::caller_scope::CallerScope;
 use crate::config::{PoolConfig, PoolMode};
+use crate::metrics::PoolMetrics;
 use mrtr_wire::capabilities::Declared;
 
 /// Which sessions may be shared.
@@ -109,15 +110,9 @@ async fn watch(
     }
 }
 
-pub struct PoolMetrics {
-    pub idle: prometheus::IntGauge,
-    pub checkouts: prometheus::IntCounterVec,
-    pub discards: prometheus::IntCounterVec,
-}
-
 pub struct SessionPool {
     idle: Mutex<HashMap<PoolKey, Vec<Idle>>>,
-    metrics: PoolMetrics,
+    metrics: Arc<PoolMetrics>,
     /// Where idle sessions' session-wide notifications go (this replica's listen streams of
     /// the session's caller).
     relay: Option<Arc<NotificationRelay>>,
@@ -129,7 +124,7 @@ pub struct SessionPool {
 
 impl SessionPool {
     pub fn new(
-        metrics: PoolMetrics,
+        metrics: Arc<PoolMetrics>,
         idle_timeout: Duration,
         relay: Option<Arc<NotificationRelay>>,
     ) -> SessionPool {
@@ -196,19 +191,16 @@ impl SessionPool {
                 if map.get(key).is_some_and(Vec::is_empty) {
                     map.remove(key);
                 }
-                self.metrics.idle.set(Self::total(&map) as i64);
+                self.metrics.idle_now(Self::total(&map));
                 c
             };
             let Some(idle) = candidate else {
-                self.metrics.checkouts.with_label_values(&["miss"]).inc();
+                self.metrics.checkout_miss();
                 return None;
             };
             idle.stop.cancel();
             let Ok((reader, watched)) = idle.watcher.await else {
-                self.metrics
-                    .discards
-                    .with_label_values(&["unhealthy"])
-                    .inc();
+                self.metrics.discarded("unhealthy");
                 idle.session.close().await;
                 continue;
             };
@@ -221,14 +213,14 @@ impl SessionPool {
             };
             match reason {
                 None => {
-                    self.metrics.checkouts.with_label_values(&["hit"]).inc();
+                    self.metrics.checkout_hit();
                     return Some(Lease {
                         exchange: Exchange::new(idle.session, reader),
                         roots_asked: idle.roots_asked,
                     });
                 }
                 Some(r) => {
-                    self.metrics.discards.with_label_values(&[r]).inc();
+                    self.metrics.discarded(r);
                     idle.session.close().await;
                 }
             }
@@ -263,12 +255,12 @@ impl SessionPool {
                     stop,
                     watcher,
                 });
-                self.metrics.idle.set((total + 1) as i64);
+                self.metrics.idle_now(total + 1);
                 return;
             }
         };
         if let Some(r) = refused {
-            self.metrics.discards.with_label_values(&[r]).inc();
+            self.metrics.discarded(r);
         }
         session.close().await;
     }
@@ -286,15 +278,12 @@ impl SessionPool {
                 out.extend(old);
             }
             map.retain(|_, v| !v.is_empty());
-            self.metrics.idle.set(Self::total(&map) as i64);
+            self.metrics.idle_now(Self::total(&map));
             out
         };
         let n = expired.len();
         for i in expired {
-            self.metrics
-                .discards
-                .with_label_values(&["idle_timeout"])
-                .inc();
+            self.metrics.discarded("idle_timeout");
             i.session.close().await;
         }
         n
@@ -321,12 +310,12 @@ impl SessionPool {
                 }
                 Some(victim)
             });
-            self.metrics.idle.set(Self::total(&map) as i64);
+            self.metrics.idle_now(Self::total(&map));
             v
         };
         match victim {
             Some(i) => {
-                self.metrics.discards.with_label_values(&["evicted"]).inc();
+                self.metrics.discarded("evicted");
                 i.stop.cancel();
                 i.session.close().await;
                 true
@@ -340,7 +329,7 @@ impl SessionPool {
         let all: Vec<Idle> = {
             let mut map = self.lock();
             let v = map.drain().flat_map(|(_, v)| v).collect();
-            self.metrics.idle.set(0);
+            self.metrics.idle_now(0);
             v
         };
         for i in all {

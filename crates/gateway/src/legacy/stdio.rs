@@ -42,10 +42,10 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 use super::handshake::{self, VersionMemory, initialize_params};
-use super::limit_hits::LimitHits;
 use super::pending::{PendingCalls, Reply};
 use super::session::{Inbound, SessionError};
 use super::wire::{excerpt, messages_of};
+use crate::metrics::LimitHits;
 use mrtr_wire::jsonrpc;
 
 const CHANNEL_DEPTH: usize = 256;
@@ -467,7 +467,7 @@ impl Driver {
                         }
                     }
                     Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
-                        self.spec.hits.hit("upstream_max_line_bytes");
+                        self.spec.hits.hit(crate::metrics::Limit::UpstreamMaxLineBytes);
                         return Ending::Kill(format!(
                             "the legacy process (pid {}) wrote a stdout line longer than {} bytes (upstream.max_line_bytes)",
                             self.pid, self.spec.max_line_bytes

@@ -15,11 +15,11 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::{Instant, timeout};
 
 use super::handshake::VersionMemory;
-use super::limit_hits::LimitHits;
 use super::session::{Inbound, SessionError};
 use super::spawn_backoff::SpawnBackoff;
 use super::stdio::{StdioSession, StdioSpec};
 use crate::config::UpstreamConfig;
+use crate::metrics::LimitHits;
 
 pub struct StdioUpstream {
     spec: StdioSpec,
@@ -103,7 +103,7 @@ impl StdioUpstream {
         let permit = match timeout(wait, self.children.clone().acquire_owned()).await {
             Ok(Ok(p)) => p,
             _ => {
-                self.spec.hits.hit("stdio_max_children");
+                self.spec.hits.hit(crate::metrics::Limit::StdioMaxChildren);
                 return Err(SessionError::Saturated {
                     limit: self.max_children,
                     waited: wait,

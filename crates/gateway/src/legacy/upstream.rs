@@ -7,12 +7,12 @@ use tokio::sync::mpsc;
 
 use super::http::UpstreamHttp;
 use super::http_sse::SseSession;
-use super::limit_hits::LimitHits;
 use super::session::{Inbound, LegacySession, SessionError};
 use super::stdio_upstream::StdioUpstream;
 use super::streamable_http::HttpSession;
 use crate::config::redact::redacted_url;
 use crate::config::{UpstreamConfig, UpstreamTransport};
+use crate::metrics::LimitHits;
 use mrtr_wire::capabilities::Declared;
 
 pub enum Upstream {

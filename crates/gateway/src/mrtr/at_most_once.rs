@@ -39,6 +39,7 @@ use serde_json::Value;
 use super::deps::Engine;
 use crate::caller_scope::Caller;
 use crate::error::{Fault, Recorded, Rejection, RejectionKind};
+use crate::metrics::Limit;
 use crate::single_use::{self, Claim, Owner, SingleUseStore, StoreError};
 use crate::state::StatePayload;
 use mrtr_wire::jsonrpc::ErrorObject;
@@ -103,11 +104,7 @@ pub async fn claim(
     let owner = Owner::new(caller.as_str());
     let refused = |e: StoreError| {
         if let StoreError::PrincipalQuota { .. } = e {
-            engine
-                .metrics
-                .limit_hits
-                .with_label_values(&["single_use_max_entries_per_principal"])
-                .inc();
+            engine.limits.hit(Limit::SingleUseMaxEntriesPerPrincipal);
         }
         if e.may_have_landed() {
             // The claim may be in the store although its answer never came: this presentation
@@ -189,7 +186,7 @@ impl Guard {
             return;
         }
         if client_left {
-            self.store.metrics().detached_runs.inc();
+            self.store.metrics().detached_run();
             tracing::info!(
                 "the client went away during a claimed retry; the call was finished and its \
                  outcome kept for the next presentation of the state"

@@ -13,7 +13,7 @@ use crate::auth::Authenticator;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::legacy::relay::NotificationRelay;
-use crate::metrics::Metrics;
+use crate::metrics::{EngineMetrics, LimitHits};
 use crate::sessions::Sessions;
 use crate::single_use::SingleUseStore;
 use crate::state::StateCodec;
@@ -23,7 +23,10 @@ use super::parking::ParkingLot;
 pub struct Engine {
     pub config: Arc<ArcSwap<Config>>,
     pub codec: Arc<StateCodec>,
-    pub metrics: Arc<Metrics>,
+    /// What the engine records (rounds, retries, states, time upstream, the policy stage).
+    pub metrics: Arc<EngineMetrics>,
+    /// Where the limits the engine enforces are counted.
+    pub limits: LimitHits,
     /// This replica's identity (parking references).
     pub instance_id: String,
     pub clock: Clock,

@@ -35,7 +35,7 @@ use super::run::{Captured, Mode, Question, Run, Start};
 use super::url_required;
 use crate::config::{CacheHint, ParkPolicy};
 use crate::error::{Rejection, RejectionKind};
-use crate::metrics::method_label;
+use crate::metrics::Retry;
 use crate::single_use::Policy as SingleUsePolicy;
 use crate::state::{StateError, StatePayload};
 use crate::translate;
@@ -68,15 +68,11 @@ fn open_prior(
     };
     match result {
         Ok(p) => {
-            engine.metrics.state_opens.with_label_values(&["ok"]).inc();
+            engine.metrics.state_opened();
             Ok(Some(p))
         }
         Err(e) => {
-            engine
-                .metrics
-                .state_opens
-                .with_label_values(&[e.reason()])
-                .inc();
+            engine.metrics.state_refused(e.reason());
             tracing::warn!(reason = e.reason(), method = %call.method, "refused a requestState");
             Err(Rejection::bad_state(e.kind()))
         }
@@ -278,9 +274,7 @@ async fn execute(
     let server_info = translate::server_info(Some(run.init_result()));
     engine
         .metrics
-        .upstream_duration
-        .with_label_values(&[method_label(&call.method)])
-        .observe(started.elapsed().as_secs_f64());
+        .upstream_time(&call.method, started.elapsed());
     let open = match conclude(
         s,
         captured,
@@ -331,7 +325,7 @@ async fn take_parked<'e>(
     };
     match resumed {
         Some(r) => {
-            engine.metrics.retries.with_label_values(&["parked"]).inc();
+            engine.metrics.retried(Retry::Parked);
             let (run, waiting, minter) = Run::resumed(engine, r);
             Ok((Some(Begun::Running(Box::new(run), waiting)), minter))
         }
@@ -340,11 +334,7 @@ async fn take_parked<'e>(
                 return Err(park_only_lost(s.call));
             }
             if prior.is_some() {
-                engine
-                    .metrics
-                    .retries
-                    .with_label_values(&["replayed"])
-                    .inc();
+                engine.metrics.retried(Retry::Replayed);
             }
             Ok((None, KeyMinter::new()))
         }
@@ -396,7 +386,7 @@ fn conclude(
             let list = url_required::url_elicitations(&msg).unwrap_or_default();
             let stage = crate::policy::Stage {
                 policy: &cfg.policy,
-                metrics: &engine.metrics.policy,
+                metrics: engine.metrics.policy(),
             };
             match url_required::questions(call, list, minter, declared, &presented.book, &stage) {
                 Ok(questions) => Concluded::Open(Open {
@@ -470,11 +460,7 @@ async fn park_or_cancel(
                     reason,
                     ..
                 } = *refused;
-                engine
-                    .metrics
-                    .limit_hits
-                    .with_label_values(&[reason.limit()])
-                    .inc();
+                engine.limits.hit(reason.limit());
                 let _ = parked_call
                     .session
                     .cancel(parked_call.call_id, "not parked")
@@ -524,9 +510,7 @@ pub async fn serve_forward(
     let server_info = translate::server_info(Some(run.init_result()));
     engine
         .metrics
-        .upstream_duration
-        .with_label_values(&[method_label(&call.method)])
-        .observe(started.elapsed().as_secs_f64());
+        .upstream_time(&call.method, started.elapsed());
     match captured {
         Ok(Captured::Final(msg)) => {
             run.finish().await;
@@ -560,12 +544,7 @@ fn final_result(
         let (result, dropped) = translate::from_legacy(result.clone(), server_info, hint);
         if !dropped.is_empty() {
             for field in &dropped {
-                engine
-                    .metrics
-                    .policy
-                    .result_fields_dropped
-                    .with_label_values(&[field])
-                    .inc();
+                engine.metrics.policy().field_dropped(field);
             }
             tracing::warn!(
                 call = %call.describe(),

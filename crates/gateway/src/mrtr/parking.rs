@@ -28,6 +28,7 @@ use crate::caller_scope::Caller;
 use crate::error::{Rejection, RejectionKind};
 use crate::legacy::exchange::Reader;
 use crate::legacy::session::{Inbound, LegacySession, StreamTag};
+use crate::metrics::{Limit, ParkingMetrics};
 
 /// What a parked call needs to resume.
 pub struct ParkedCall {
@@ -103,12 +104,12 @@ pub enum ParkRefusal {
 }
 
 impl ParkRefusal {
-    /// The `limit_hits_total` label.
-    pub fn limit(self) -> &'static str {
+    /// The limit that was hit (`limit_hits_total`).
+    pub fn limit(self) -> Limit {
         match self {
-            ParkRefusal::Full => "parking_full",
-            ParkRefusal::PrincipalQuota => "parking_per_principal",
-            ParkRefusal::StdioReserve => "parking_stdio_reserve",
+            ParkRefusal::Full => Limit::ParkingFull,
+            ParkRefusal::PrincipalQuota => Limit::ParkingPerPrincipal,
+            ParkRefusal::StdioReserve => Limit::ParkingStdioReserve,
         }
     }
 
@@ -170,8 +171,7 @@ struct Inner {
 
 pub struct ParkingLot {
     inner: Mutex<Inner>,
-    gauge: prometheus::IntGauge,
-    evictions: prometheus::IntCounterVec,
+    metrics: Arc<ParkingMetrics>,
 }
 
 /// Buffers what a parked call receives; stops on request, on overflow or when the call's
@@ -210,14 +210,10 @@ async fn buffer(
 }
 
 impl ParkingLot {
-    pub fn new(
-        gauge: prometheus::IntGauge,
-        evictions: prometheus::IntCounterVec,
-    ) -> Arc<ParkingLot> {
+    pub fn new(metrics: Arc<ParkingMetrics>) -> Arc<ParkingLot> {
         Arc::new(ParkingLot {
             inner: Mutex::new(Inner::default()),
-            gauge,
-            evictions,
+            metrics,
         })
     }
 
@@ -288,7 +284,7 @@ impl ParkingLot {
         );
         *inner.per_principal.entry(caller.clone()).or_insert(0) += 1;
         inner.stdio += usize::from(stdio);
-        self.gauge.set(inner.slots.len() as i64);
+        self.metrics.parked_now(inner.slots.len());
         Ok(handle)
     }
 
@@ -302,7 +298,7 @@ impl ParkingLot {
                 inner.per_principal.remove(&slot.caller);
             }
         }
-        self.gauge.set(inner.slots.len() as i64);
+        self.metrics.parked_now(inner.slots.len());
         Some(slot)
     }
 
@@ -339,7 +335,7 @@ impl ParkingLot {
 
     /// Cancels a call upstream and ends its session.
     async fn release(&self, call: ParkedCall, why: Eviction) {
-        self.evictions.with_label_values(&[why.as_str()]).inc();
+        self.metrics.evicted(why.as_str());
         tracing::info!(call = %call.what, reason = why.as_str(), "parked call released");
         let _ = call.session.cancel(call.call_id, why.as_str()).await;
         call.session.close().await;

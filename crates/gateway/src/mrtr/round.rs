@@ -8,7 +8,7 @@ use super::engine::{Presented, Serving};
 use super::run::{Call, Question};
 use super::state_size;
 use crate::error::{Rejection, RejectionKind};
-use crate::metrics::method_label;
+use crate::metrics::Limit;
 use crate::state::{ParkRef, Pending};
 use crate::translate;
 
@@ -35,11 +35,7 @@ pub(super) fn asked(questions: &[Question]) -> Vec<(String, Pending, Value)> {
 }
 
 pub(super) fn max_rounds(engine: &Engine, call: &Call, limit: u32) -> Rejection {
-    engine
-        .metrics
-        .max_rounds_exceeded
-        .with_label_values(&[method_label(&call.method)])
-        .inc();
+    engine.metrics.max_rounds_exceeded(&call.method);
     Rejection::new(
         RejectionKind::MaxRounds,
         format!(
@@ -96,11 +92,7 @@ pub(super) async fn seal_round(
                     .await;
                 r.call.session.close().await;
             }
-            engine
-                .metrics
-                .limit_hits
-                .with_label_values(&["state_max_bytes"])
-                .inc();
+            engine.limits.hit(Limit::StateMaxBytes);
             return Err(state_size::rejection(
                 &engine.codec,
                 &call.describe(),
@@ -109,13 +101,8 @@ pub(super) async fn seal_round(
             ));
         }
     };
-    engine.metrics.state_seals.with_label_values(&[&kid]).inc();
-    engine.metrics.state_bytes.observe(token.len() as f64);
-    engine
-        .metrics
-        .input_required
-        .with_label_values(&[method_label(&call.method)])
-        .inc();
+    engine.metrics.state_sealed(&kid, token.len());
+    engine.metrics.input_required(&call.method);
     Ok(translate::input_required(
         input_requests,
         token,

@@ -29,7 +29,6 @@ use crate::legacy::pool::{Lease, PoolKey};
 use crate::legacy::roots_refresh;
 use crate::legacy::server_request::ServerRequest;
 use crate::legacy::session::LegacySession;
-use crate::metrics::method_label;
 use crate::policy::Stage;
 use crate::state::InputKind;
 use crate::upstream_error::session_rejection;
@@ -386,7 +385,7 @@ impl<'g> Run<'g> {
         let cfg = self.engine.config();
         let stage = Stage {
             policy: &cfg.policy,
-            metrics: &self.engine.metrics.policy,
+            metrics: self.engine.metrics.policy(),
         };
         let request = match stage.review(&call.method, call.target(), kind, request) {
             Ok(request) => request,
@@ -415,11 +414,7 @@ impl<'g> Run<'g> {
         if let Some(previous) = prior_shapes.get(&shape)
             && *previous != key
         {
-            self.engine
-                .metrics
-                .volatile_questions
-                .with_label_values(&[method_label(&call.method)])
-                .inc();
+            self.engine.metrics.volatile_question(&call.method);
             tracing::warn!(
                 call = %call.describe(),
                 previous_key = %previous,

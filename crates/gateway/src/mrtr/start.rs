@@ -12,6 +12,7 @@ use crate::legacy::http::HttpError;
 use crate::legacy::pool::{Lease, PoolKey};
 use crate::legacy::roots_refresh::{self, Observed};
 use crate::legacy::session::SessionError;
+use crate::metrics::RootsRefresh;
 use crate::upstream_error::session_rejection;
 use mrtr_wire::capabilities::Declared;
 use mrtr_wire::protocol::methods::required_server_capability;
@@ -262,12 +263,12 @@ impl<'g> Run<'g> {
         let asked = roots_refresh::notify_and_wait(self.exchange_mut(), wait)
             .await
             .map_err(Refresh::Session)?;
-        let counter = &self.engine.metrics.roots_refreshes;
+        let counted = &self.engine.metrics;
         let Some(msg) = asked else {
             if wait.is_zero() {
-                counter.with_label_values(&["not_waited"]).inc();
+                counted.roots_refresh(RootsRefresh::NotWaited);
             } else {
-                counter.with_label_values(&["timeout"]).inc();
+                counted.roots_refresh(RootsRefresh::Timeout);
                 if memory.record(Observed::Timeout, probes) {
                     tracing::info!(
                         waits = probes,
@@ -279,7 +280,7 @@ impl<'g> Run<'g> {
             }
             return Ok(None);
         };
-        counter.with_label_values(&["reasked"]).inc();
+        counted.roots_refresh(RootsRefresh::Reasked);
         memory.record(Observed::Reasked, probes);
         match self
             .on_server_request(call, &msg, mode)

@@ -7,15 +7,30 @@ use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 #[derive(Clone)]
 pub struct PolicyMetrics {
     /// `policy_refusals_total{kind, reason}`: questions held back from the client.
-    pub refusals: IntCounterVec,
+    refusals: IntCounterVec,
     /// `policy_max_tokens_clamped_total`: sampling requests whose `maxTokens` was lowered.
-    pub max_tokens_clamped: IntCounter,
+    max_tokens_clamped: IntCounter,
     /// `legacy_result_fields_dropped_total{field}`: members of a legacy result that only the
     /// gateway may set, dropped.
-    pub result_fields_dropped: IntCounterVec,
+    result_fields_dropped: IntCounterVec,
 }
 
 impl PolicyMetrics {
+    /// A question of `kind` was held back from the client for `reason`.
+    pub fn refused(&self, kind: &str, reason: &str) {
+        self.refusals.with_label_values(&[kind, reason]).inc();
+    }
+
+    /// A sampling request's `maxTokens` was lowered.
+    pub fn max_tokens_clamped(&self) {
+        self.max_tokens_clamped.inc();
+    }
+
+    /// A member of a legacy result that only the gateway may set was dropped.
+    pub fn field_dropped(&self, field: &str) {
+        self.result_fields_dropped.with_label_values(&[field]).inc();
+    }
+
     /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &Registry) -> prometheus::Result<PolicyMetrics> {
         let refusals = IntCounterVec::new(

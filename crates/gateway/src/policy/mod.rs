@@ -193,7 +193,7 @@ impl Stage<'_> {
         match decide(self.policy, method, name, kind, request) {
             Ok(passed) => {
                 if let Some(asked) = passed.clamped_from {
-                    self.metrics.max_tokens_clamped.inc();
+                    self.metrics.max_tokens_clamped();
                     tracing::info!(
                         %method,
                         tool = name.unwrap_or("?"),
@@ -206,9 +206,7 @@ impl Stage<'_> {
             }
             Err(refusal) => {
                 self.metrics
-                    .refusals
-                    .with_label_values(&[kind_label(refusal.kind), refusal.reason.as_str()])
-                    .inc();
+                    .refused(kind_label(refusal.kind), refusal.reason.as_str());
                 let (url_scheme, url_host) = refusal
                     .url
                     .as_ref()

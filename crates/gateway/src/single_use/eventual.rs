@@ -42,11 +42,7 @@ impl Write {
 /// Retries `write` in a task of its own until it lands or `until` passes.
 pub(super) fn retry(store: SingleUseStore, write: Write, until: Instant) {
     let metrics = store.metrics().clone();
-    metrics
-        .writes_retried
-        .with_label_values(&[write.op()])
-        .inc();
-    metrics.pending_writes.inc();
+    metrics.retrying(write.op());
     tokio::spawn(async move {
         let op = write.op();
         let mut gap = FIRST_GAP;
@@ -66,10 +62,7 @@ pub(super) fn retry(store: SingleUseStore, write: Write, until: Instant) {
                         .backend_complete(id, owner, outcome.as_deref(), ttl)
                         .await
                         .map(|done| {
-                            metrics
-                                .outcomes
-                                .with_label_values(&[done.metric_label()])
-                                .inc();
+                            metrics.completed(done.metric_label());
                             done != Completion::NoClaim
                         })
                 }
@@ -98,6 +91,6 @@ pub(super) fn retry(store: SingleUseStore, write: Write, until: Instant) {
                  until then)"
             );
         }
-        metrics.pending_writes.dec();
+        metrics.retry_ended();
     });
 }

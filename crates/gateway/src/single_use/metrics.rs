@@ -32,24 +32,81 @@ pub const RETRIED_OPS: &[&str] = &["complete", "release"];
 #[derive(Clone)]
 pub struct SingleUseMetrics {
     /// `single_use_claims_total{result}`: claims by what they found.
-    pub claims: IntCounterVec,
+    claims: IntCounterVec,
     /// `single_use_outcomes_total{result}`: completions, by whether the outcome was kept.
-    pub outcomes: IntCounterVec,
+    outcomes: IntCounterVec,
     /// `single_use_errors_total{reason}`: store failures (each one refused a call).
-    pub errors: IntCounterVec,
+    errors: IntCounterVec,
     /// `single_use_entries`: ids held by the memory store (0 with Redis).
-    pub entries: IntGauge,
+    entries: IntGauge,
     /// `single_use_pending_writes`: outcomes and releases that failed once and are being
     /// retried in the background until they land or the claim expires.
-    pub pending_writes: IntGauge,
+    pending_writes: IntGauge,
     /// `single_use_writes_retried_total{op}`: such writes, by operation.
-    pub writes_retried: IntCounterVec,
+    writes_retried: IntCounterVec,
     /// `single_use_detached_runs_total`: claimed retries whose client went away mid-call; the
     /// call was finished anyway and its outcome kept for the next presentation.
-    pub detached_runs: IntCounter,
+    detached_runs: IntCounter,
 }
 
 impl SingleUseMetrics {
+    /// A claim found `result` (one of [`CLAIM_RESULTS`]).
+    pub fn claimed(&self, result: &str) {
+        self.claims.with_label_values(&[result]).inc();
+    }
+
+    /// A completion ended as `result` (one of [`OUTCOME_RESULTS`]).
+    pub fn completed(&self, result: &str) {
+        self.outcomes.with_label_values(&[result]).inc();
+    }
+
+    /// The store failed for `reason` (one of [`ERROR_REASONS`]), refusing a call.
+    pub fn failed(&self, reason: &str) {
+        self.errors.with_label_values(&[reason]).inc();
+    }
+
+    /// The gauge the memory store keeps equal to the ids it holds.
+    pub fn entries_gauge(&self) -> IntGauge {
+        self.entries.clone()
+    }
+
+    /// A write `op` (one of [`RETRIED_OPS`]) failed once and is retried in the background;
+    /// [`SingleUseMetrics::retry_ended`] follows once it lands or is given up.
+    pub fn retrying(&self, op: &str) {
+        self.writes_retried.with_label_values(&[op]).inc();
+        self.pending_writes.inc();
+    }
+
+    /// A background retry ended (landed or given up).
+    pub fn retry_ended(&self) {
+        self.pending_writes.dec();
+    }
+
+    /// A claimed retry's client went away; the call was finished anyway.
+    pub fn detached_run(&self) {
+        self.detached_runs.inc();
+    }
+
+    /// Claims counted so far that found `result` (tests and tools read it).
+    pub fn claims(&self, result: &str) -> u64 {
+        self.claims.with_label_values(&[result]).get()
+    }
+
+    /// Completions counted so far that ended as `result`.
+    pub fn outcomes(&self, result: &str) -> u64 {
+        self.outcomes.with_label_values(&[result]).get()
+    }
+
+    /// Store failures counted so far for `reason`.
+    pub fn errors(&self, reason: &str) -> u64 {
+        self.errors.with_label_values(&[reason]).get()
+    }
+
+    /// Ids the memory store holds now.
+    pub fn entries(&self) -> i64 {
+        self.entries.get()
+    }
+
     /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &Registry) -> prometheus::Result<SingleUseMetrics> {
         let m = SingleUseMetrics::unregistered();
@@ -137,7 +194,7 @@ mod tests {
     fn registers_under_the_gateway_prefix_once() {
         let registry = Registry::new_custom(Some("mrtr_gateway".into()), None).unwrap();
         let m = SingleUseMetrics::register(&registry).unwrap();
-        m.claims.with_label_values(&["acquired"]).inc();
+        m.claimed("acquired");
         let names: Vec<String> = registry
             .gather()
             .iter()

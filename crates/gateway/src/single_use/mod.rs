@@ -242,10 +242,10 @@ impl SingleUseStore {
         let backend = match cfg.store {
             StoreKind::Memory => Backend::Memory(MemoryStore::new(
                 memory_limits(cfg),
-                metrics.entries.clone(),
+                metrics.entries_gauge(),
             )),
             StoreKind::Redis => {
-                metrics.entries.set(0);
+                metrics.entries_gauge().set(0);
                 Backend::Redis(RedisStore::new(
                     &cfg.redis,
                     cfg.max_outcome_bytes,
@@ -338,11 +338,7 @@ impl SingleUseStore {
             }
         };
         match &result {
-            Ok(claim) => self
-                .metrics
-                .claims
-                .with_label_values(&[claim.metric_label()])
-                .inc(),
+            Ok(claim) => self.metrics.claimed(claim.metric_label()),
             Err(e) => self.count_error(e),
         }
         result
@@ -379,11 +375,7 @@ impl SingleUseStore {
     ) -> Result<Completion, StoreError> {
         let result = self.backend_complete(id, owner, outcome, ttl).await;
         match &result {
-            Ok(done) => self
-                .metrics
-                .outcomes
-                .with_label_values(&[done.metric_label()])
-                .inc(),
+            Ok(done) => self.metrics.completed(done.metric_label()),
             Err(e) => self.count_error(e),
         }
         result
@@ -519,10 +511,7 @@ impl SingleUseStore {
             // Each of these refused a client's call; the detail (Redis error text) is only here.
             tracing::warn!(store = self.kind(), error = %e, "single-use store failure");
         }
-        self.metrics
-            .errors
-            .with_label_values(&[e.metric_reason()])
-            .inc();
+        self.metrics.failed(e.metric_reason());
     }
 }
 

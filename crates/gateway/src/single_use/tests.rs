@@ -20,10 +20,6 @@ async fn memory_store(metrics: &SingleUseMetrics, max_entries: usize) -> SingleU
         .unwrap()
 }
 
-fn count(v: &prometheus::IntCounterVec, label: &str) -> u64 {
-    v.with_label_values(&[label]).get()
-}
-
 fn owner() -> Owner {
     Owner::new("p")
 }
@@ -39,7 +35,7 @@ async fn every_claim_completion_and_error_is_counted() {
         s.claim("id1", &owner(), MINUTE).await.unwrap(),
         Claim::InProgress
     );
-    assert_eq!(m.entries.get(), 1);
+    assert_eq!(m.entries(), 1);
     assert!(matches!(
         s.claim("id2", &owner(), MINUTE).await,
         Err(StoreError::PrincipalQuota { limit: 1, .. })
@@ -57,12 +53,12 @@ async fn every_claim_completion_and_error_is_counted() {
         s.claim("id1", &owner(), MINUTE).await.unwrap(),
         Claim::Done(Bytes::from_static(b"{}"))
     );
-    assert_eq!(count(&m.claims, "acquired"), 1);
-    assert_eq!(count(&m.claims, "in_progress"), 1);
-    assert_eq!(count(&m.claims, "done"), 1);
-    assert_eq!(count(&m.errors, "full"), 1);
-    assert_eq!(count(&m.errors, "principal_quota"), 1);
-    assert_eq!(count(&m.outcomes, "kept"), 1);
+    assert_eq!(m.claims("acquired"), 1);
+    assert_eq!(m.claims("in_progress"), 1);
+    assert_eq!(m.claims("done"), 1);
+    assert_eq!(m.errors("full"), 1);
+    assert_eq!(m.errors("principal_quota"), 1);
+    assert_eq!(m.outcomes("kept"), 1);
     assert_eq!(s.entries(), Some(1));
     s.health().await.unwrap();
 }
@@ -92,7 +88,7 @@ async fn ids_the_gateway_never_mints_are_refused() {
             Err(StoreError::InvalidId)
         );
     }
-    assert_eq!(count(&m.errors, "invalid_id"), 4);
+    assert_eq!(m.errors("invalid_id"), 4);
     assert_eq!(s.entries(), Some(0));
     assert!(valid_id("AAECAwQFBgcICQoLDA0ODw"));
 }

@@ -1,0 +1,77 @@
+//! What the process as a whole records, from the composition root, reload and the admin
+//! listener: reloads, the drain, the key ring's size and JWKS fetches.
+
+use prometheus::{IntCounterVec, IntGauge};
+
+use super::Registrar;
+use crate::auth::JwksCountersSnapshot;
+
+pub struct ProcessMetrics {
+    config_reloads: IntCounterVec,
+    draining: IntGauge,
+    key_ring_keys: IntGauge,
+    jwks_fetches: IntCounterVec,
+}
+
+impl ProcessMetrics {
+    /// A reload ended, applied (`ok`) or refused (`error`).
+    pub fn reloaded(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.config_reloads.with_label_values(&[result]).inc();
+    }
+
+    /// The drain began.
+    pub fn draining(&self) {
+        self.draining.set(1);
+    }
+
+    /// The key ring in force holds `keys` keys.
+    pub fn key_ring(&self, keys: usize) {
+        self.key_ring_keys.set(keys as i64);
+    }
+
+    /// Brings the JWKS fetch counters into the registry. The authenticator keeps them as plain
+    /// atomics (it is rebuilt on reload, the registry is not), so each series is advanced to
+    /// the snapshot's value.
+    pub fn sync_jwks(&self, snap: &JwksCountersSnapshot) {
+        for (outcome, value) in [
+            ("ok", snap.fetch_ok),
+            ("timeout", snap.fetch_timeout),
+            ("too_large", snap.fetch_too_large),
+            ("bad_status", snap.fetch_bad_status),
+            ("transport", snap.fetch_transport),
+            ("invalid", snap.fetch_invalid),
+            ("rate_limited", snap.unknown_kid_rate_limited),
+        ] {
+            let c = self.jwks_fetches.with_label_values(&[outcome]);
+            let have = c.get();
+            if value > have {
+                c.inc_by(value - have);
+            }
+        }
+    }
+
+    pub(super) fn register(r: &Registrar) -> Self {
+        let config_reloads = r.counter_vec(
+            "config_reloads_total",
+            "Configuration and key reloads, by result (ok, error).",
+            &["result"],
+        );
+        let draining = r.gauge(
+            "draining",
+            "1 while the gateway drains before exiting, else 0.",
+        );
+        let key_ring_keys = r.gauge("key_ring_keys", "State keys in the ring (the first seals).");
+        let jwks_fetches = r.counter_vec(
+            "jwks_fetches_total",
+            "JWKS URL fetches, by outcome (ok, timeout, too_large, bad_status, transport, invalid) and unknown-kid lookups held back by the refresh rate limit (rate_limited).",
+            &["outcome"],
+        );
+        ProcessMetrics {
+            config_reloads,
+            draining,
+            key_ring_keys,
+            jwks_fetches,
+        }
+    }
+}
