@@ -178,6 +178,8 @@ async fn compare_run(
             compare::Caller::connect(&legacy.url(), &hop.url, &gw.url).await?,
         ));
     }
+    let opened_before = gw.metric("legacy_sessions_opened_total", &[]).await?;
+    let discards_before = gw.metric("pool_discards_total", &[]).await?;
     let cpu = |path: compare::Path| match path {
         compare::Path::Direct => (0.0, 0.0),
         compare::Path::Nginx => hop.cpu_seconds(),
@@ -192,10 +194,16 @@ async fn compare_run(
         }
     }
     hop.stop().await;
+    // How many legacy sessions the gateway opened per call it served (warm-up included): a
+    // pool that keeps up with the concurrency opens about none.
+    let opened = gw.metric("legacy_sessions_opened_total", &[]).await? - opened_before;
+    let discarded = gw.metric("pool_discards_total", &[]).await? - discards_before;
+    let served: u64 = comparison.flows.iter().map(|f| f.gateway.calls).sum();
+
     let setup = format!(
         "mrtr-load: {} clients; {} rounds of {:?} slices per scenario after {:?} warm-up each; \
          gateway = child process (release mrtr-gateway serve, gather_window {}, gather_quiet {}, parking {}, log.level {}); \
-         legacy server and clients in this process; {} CPUs",
+         legacy server and clients in this process; {} CPUs; the gateway opened {} legacy sessions and discarded {} from its pool over {} measured calls",
         args.clients,
         rounds,
         args.slice,
@@ -205,6 +213,9 @@ async fn compare_run(
         options.policy,
         options.log_level,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
+        opened,
+        discarded,
+        served,
     );
     let setup_json = json!({
         "clients": args.clients,
@@ -215,6 +226,9 @@ async fn compare_run(
         "gather_quiet": options.gather_quiet,
         "parking_policy": options.policy,
         "log_level": options.log_level,
+        "legacy_sessions_opened": opened,
+        "pool_discards": discarded,
+        "gateway_calls_measured": served,
         "gateway": "child process: release mrtr-gateway serve",
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
     });
