@@ -23,6 +23,7 @@ mod policy;
 mod pool;
 mod readiness;
 mod replicas;
+mod rounds;
 mod single_use_redis;
 mod transports;
 mod trust;

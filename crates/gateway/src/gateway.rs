@@ -134,6 +134,7 @@ impl Gateway {
             auth: auth.clone(),
             single_use: single_use.clone(),
             relay: long_lived.relay_handle(),
+            round_shapes: Default::default(),
         });
         let front = Arc::new(Front {
             engine: engine.clone(),
@@ -200,6 +201,11 @@ impl Gateway {
         if let Some(store) = single_use {
             tracing::info!(store = store.kind(), "single-use store replaced");
             self.single_use.store(Arc::new(store));
+        }
+        if format!("{:?}", old.upstream) != format!("{:?}", new.upstream) {
+            // Another server (or another way to reach it) may ask other questions.
+            self.engine.round_shapes.clear();
+            self.engine.metrics.learned_rounds(0);
         }
         self.sessions
             .reconfigure(&old.upstream, &new.upstream, &new.pool);

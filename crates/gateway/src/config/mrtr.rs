@@ -10,6 +10,8 @@ use super::{ConfigError, raw::RawMrtr};
 pub struct MrtrConfig {
     pub gather_window: Duration,
     pub gather_quiet: Duration,
+    /// Round shapes remembered per replica (`mrtr::round_shapes`); 0 turns learning off.
+    pub learned_rounds_max: usize,
 }
 
 pub(super) fn mrtr_config(raw: &RawMrtr) -> Result<MrtrConfig, ConfigError> {
@@ -26,5 +28,6 @@ pub(super) fn mrtr_config(raw: &RawMrtr) -> Result<MrtrConfig, ConfigError> {
             }
             q
         },
+        learned_rounds_max: usize::try_from(raw.learned_rounds_max).unwrap_or(usize::MAX),
     })
 }

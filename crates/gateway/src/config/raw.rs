@@ -178,6 +178,7 @@ pub struct RawStateKey {
 pub struct RawMrtr {
     pub gather_window: String,
     pub gather_quiet: String,
+    pub learned_rounds_max: u64,
 }
 
 impl Default for RawMrtr {
@@ -185,6 +186,7 @@ impl Default for RawMrtr {
         RawMrtr {
             gather_window: "100ms".into(),
             gather_quiet: "2ms".into(),
+            learned_rounds_max: 4096,
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge};
 
 use super::{Registrar, method_label};
 use crate::policy::PolicyMetrics;
@@ -30,6 +30,17 @@ pub enum RootsRefresh {
     NotWaited,
 }
 
+/// What closed a round of questions (`rounds_closed_total{by}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoundClose {
+    /// Everything the same round asked last time had come (`mrtr::round_shapes`).
+    Learned,
+    /// The server was quiet for `mrtr.gather_quiet`.
+    Quiet,
+    /// `mrtr.gather_window` passed.
+    Window,
+}
+
 /// The engine's families, held by [`crate::mrtr::deps::Engine`].
 pub struct EngineMetrics {
     input_required: IntCounterVec,
@@ -41,6 +52,8 @@ pub struct EngineMetrics {
     state_seals: IntCounterVec,
     state_opens: IntCounterVec,
     state_bytes: Histogram,
+    rounds_closed: IntCounterVec,
+    learned_rounds: IntGauge,
     policy: PolicyMetrics,
 }
 
@@ -108,6 +121,21 @@ impl EngineMetrics {
         self.state_opens.with_label_values(&[reason]).inc();
     }
 
+    /// A round of questions closed, by what closed it.
+    pub fn round_closed(&self, by: RoundClose) {
+        let label = match by {
+            RoundClose::Learned => "learned",
+            RoundClose::Quiet => "quiet",
+            RoundClose::Window => "window",
+        };
+        self.rounds_closed.with_label_values(&[label]).inc();
+    }
+
+    /// How many round shapes this replica remembers now.
+    pub fn learned_rounds(&self, n: usize) {
+        self.learned_rounds.set(n as i64);
+    }
+
     /// Where the policy stage run by the engine counts its refusals and rewrites.
     pub fn policy(&self) -> &PolicyMetrics {
         &self.policy
@@ -153,6 +181,15 @@ impl EngineMetrics {
             "Pooled sessions reused for a request declaring roots after the server had asked an earlier client's roots: notifications/roots/list_changed sent, then the server re-asked within pool.roots_refresh_wait (reasked), did not (timeout), or was not waited for because this upstream was learned to ignore the notification (not_waited).",
             &["outcome"],
         );
+        let rounds_closed = r.counter_vec(
+            "rounds_closed_total",
+            "Rounds of questions closed, by what closed them: everything the same round asked last time had come (learned), mrtr.gather_quiet (quiet) or mrtr.gather_window (window).",
+            &["by"],
+        );
+        let learned_rounds = r.gauge(
+            "learned_rounds",
+            "Round shapes (per caller, call and round: the kinds of question asked, and whether roots/list came) this replica remembers; at most mrtr.learned_rounds_max.",
+        );
         let state_seals = r.counter_vec(
             "state_seals_total",
             "requestState tokens sealed, by key id.",
@@ -185,6 +222,8 @@ impl EngineMetrics {
             state_seals,
             state_opens,
             state_bytes,
+            rounds_closed,
+            learned_rounds,
             policy,
         }
     }

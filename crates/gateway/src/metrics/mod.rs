@@ -28,7 +28,7 @@ mod parking;
 mod process;
 mod upstream;
 
-pub use engine::{EngineMetrics, Retry, RootsRefresh};
+pub use engine::{EngineMetrics, Retry, RootsRefresh, RoundClose};
 pub use front::{FrontMetrics, Outcome};
 pub use limits::{Limit, LimitHits};
 pub use parking::ParkingMetrics;

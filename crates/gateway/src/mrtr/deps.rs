@@ -19,6 +19,7 @@ use crate::single_use::SingleUseStore;
 use crate::state::StateCodec;
 
 use super::parking::ParkingLot;
+use super::round_shapes::RoundShapes;
 
 pub struct Engine {
     pub config: Arc<ArcSwap<Config>>,
@@ -37,6 +38,8 @@ pub struct Engine {
     pub single_use: Arc<ArcSwap<SingleUseStore>>,
     /// Session-wide notifications heard on a call's session go to the caller's listen streams.
     pub relay: Arc<NotificationRelay>,
+    /// What each round of a call asked the last time (closes known rounds early).
+    pub round_shapes: RoundShapes,
 }
 
 impl Engine {

@@ -220,6 +220,7 @@ async fn execute(
         declared: &declared,
         minter,
         prior_shapes: prior_shapes(presented.prior.as_ref()),
+        round: presented.prior.as_ref().map_or(0, |p| p.rnd) + 1,
     };
     let begun = match resumed {
         Some(running) => running,

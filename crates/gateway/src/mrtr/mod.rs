@@ -12,6 +12,7 @@ pub mod input_response;
 pub mod origin;
 pub mod parking;
 mod round;
+pub mod round_shapes;
 pub mod run;
 pub mod shape;
 mod start;

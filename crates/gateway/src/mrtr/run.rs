@@ -21,6 +21,7 @@ use super::gather::Gather;
 use super::input_key::KeyMinter;
 use super::input_request::{kind_of, missing_capability, to_input_request};
 use super::parking::{ParkedCall, Resumed};
+use super::round_shapes::ShapeKey;
 use super::shape::shape;
 pub use super::start::{Start, StartError};
 use crate::error::{Rejection, RejectionKind};
@@ -56,6 +57,8 @@ pub enum Mode<'a> {
         minter: KeyMinter,
         /// Shapes of the questions the previous round asked, by shape → key.
         prior_shapes: HashMap<String, String>,
+        /// Which round this capture gathers (1 for the first).
+        round: u32,
     },
     Forward,
 }
@@ -259,13 +262,16 @@ impl<'g> Run<'g> {
         // it there, tens of milliseconds behind the call stream's requests).
         let roots_may_lag = matches!(mode, Mode::Mrtr { declared, .. } if declared.roots)
             && self.session().has_get_stream();
-        let mut gather = Gather {
-            window: cfg.mrtr.gather_window,
-            quiet: cfg.mrtr.gather_quiet,
-            first: None,
-            last: None,
-            awaiting_roots: roots_may_lag,
-        };
+        let shape_key = self.shape_key(call, mode, cfg.mrtr.learned_rounds_max);
+        let expected = shape_key
+            .as_ref()
+            .and_then(|k| self.engine.round_shapes.expected(k));
+        let mut gather = Gather::new(
+            cfg.mrtr.gather_window,
+            cfg.mrtr.gather_quiet,
+            roots_may_lag,
+            expected,
+        );
         for q in &questions {
             gather.asked(q.kind);
         }
@@ -277,6 +283,7 @@ impl<'g> Run<'g> {
             if due.is_some_and(|d| d <= tokio::time::Instant::now())
                 && !self.exchange_mut().reader().has_ready()
             {
+                self.round_closed(&gather, shape_key);
                 return Ok(Captured::NeedInput(questions));
             }
             let gather_timer = async {
@@ -335,9 +342,40 @@ impl<'g> Run<'g> {
                     // Leftovers of earlier requests on this session.
                     Event::Response { .. } | Event::CallEnded { .. } | Event::Invalid(_) => {}
                 },
-                _ = gather_timer => return Ok(Captured::NeedInput(questions)),
+                _ = gather_timer => {
+                    self.round_closed(&gather, shape_key);
+                    return Ok(Captured::NeedInput(questions));
+                }
                 _ = sleep_until(deadline) => return Err(call_timeout(call)),
             }
+        }
+    }
+
+    /// Which learned round this capture is, for an MRTR request while learning is on.
+    fn shape_key(&self, call: &Call, mode: &Mode<'_>, max: usize) -> Option<ShapeKey> {
+        let Mode::Mrtr {
+            declared, round, ..
+        } = mode
+        else {
+            return None;
+        };
+        (max > 0).then(|| ShapeKey {
+            scope: call.scope(),
+            method: call.method.clone(),
+            target: call.target().map(str::to_string),
+            round: *round,
+            roots_declared: declared.roots,
+        })
+    }
+
+    /// A round closed: counts what closed it and remembers what it asked.
+    fn round_closed(&self, gather: &Gather, key: Option<ShapeKey>) {
+        let metrics = &self.engine.metrics;
+        metrics.round_closed(gather.closed_by());
+        if let Some(key) = key {
+            let max = self.engine.config().mrtr.learned_rounds_max;
+            let kept = self.engine.round_shapes.learn(key, gather.shape(), max);
+            metrics.learned_rounds(kept);
         }
     }
 
@@ -367,6 +405,7 @@ impl<'g> Run<'g> {
             declared,
             minter,
             prior_shapes,
+            ..
         } = mode
         else {
             let refusal = ErrorObject::new(
