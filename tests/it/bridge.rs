@@ -112,14 +112,7 @@ async fn without_parking_every_round_replays_the_tool() {
     assert_eq!(rounds.len(), 1);
     assert_eq!(text(last.result().unwrap()), "Hello, name-answer!");
     assert_eq!(env.legacy.stats().tool_starts("greet"), 2);
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_retries_total",
-            &[("path", "replayed")]
-        ),
-        1.0
-    );
+    assert_metric!(&env.gw, "retries_total", &[("path", "replayed")], 1.0);
     env.stop().await;
 }
 
@@ -309,12 +302,10 @@ async fn a_server_that_asks_something_new_every_time_ends_at_max_rounds() {
         msg.contains("tool \"restless\"") && msg.contains("state.max_rounds"),
         "{msg}"
     );
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_max_rounds_exceeded_total",
-            &[("method", "tools/call")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "max_rounds_exceeded_total",
+        &[("method", "tools/call")],
         1.0
     );
     env.stop().await;

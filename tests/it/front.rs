@@ -109,12 +109,10 @@ async fn oversize_bodies_get_413_and_are_counted() {
         .await
         .unwrap();
     assert_rpc_error(&ex, 413, -32600, Value::Null);
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "max_body_bytes")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "limit_hits_total",
+        &[("limit", "max_body_bytes")],
         1.0
     );
     env.stop().await;
@@ -296,12 +294,10 @@ async fn an_unreachable_legacy_server_is_a_clear_upstream_error() {
         ex.error().unwrap(),
         "cannot reach the legacy server",
     );
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_legacy_sessions_failed_total",
-            &[("reason", "upstream_unreachable")]
-        ),
+    assert_metric!(
+        &gw,
+        "legacy_sessions_failed_total",
+        &[("reason", "upstream_unreachable")],
         1.0
     );
     running.stop().await;

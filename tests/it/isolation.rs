@@ -89,12 +89,10 @@ async fn a_refused_roots_refresh_never_shows_the_earlier_clients_roots() {
         "bob was shown alice's roots: {bob}"
     );
     assert!(!bob.contains("/srv/bob"), "the policy refuses roots: {bob}");
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_roots_refreshes_total",
-            &[("outcome", "reasked")]
-        ),
+    assert_metric!(
+        &gw,
+        "roots_refreshes_total",
+        &[("outcome", "reasked")],
         1.0,
         "bob's call reused alice's session and the server asked again"
     );
@@ -213,23 +211,14 @@ async fn a_retry_on_a_reused_session_answers_the_refresh_from_the_client_answers
         "{text}"
     );
     assert_eq!(rounds.len(), 1, "one round: the reused session's question");
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_pool_checkouts_total",
-            &[("result", "hit")]
-        ),
+    assert_metric!(
+        &gw,
+        "pool_checkouts_total",
+        &[("result", "hit")],
         hits + 2.0,
         "both of bob's attempts ran on warm sessions"
     );
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_roots_refreshes_total",
-            &[("outcome", "reasked")]
-        ),
-        2.0
-    );
+    assert_metric!(&gw, "roots_refreshes_total", &[("outcome", "reasked")], 2.0);
     running.stop().await;
     everything.kill().await;
 }
@@ -688,12 +677,10 @@ async fn warm_up_sessions_carry_the_static_token() {
         .await
         .unwrap();
     assert_eq!(text(r.result().unwrap()), "ok");
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_pool_checkouts_total",
-            &[("result", "hit")]
-        ),
+    assert_metric!(
+        &gw,
+        "pool_checkouts_total",
+        &[("result", "hit")],
         1.0,
         "served by the warm session"
     );

@@ -125,12 +125,10 @@ async fn the_acknowledgement_comes_first_then_only_agreed_notifications_tagged()
     // The stream is still delivering after that.
     send("notifications/tools/list_changed", json!({}));
     expect_tagged(&mut s, "notifications/tools/list_changed").await;
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_requests_total",
-            &[("method", "subscriptions/listen"), ("outcome", "complete")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "requests_total",
+        &[("method", "subscriptions/listen"), ("outcome", "complete")],
         1.0
     );
     drop(s);
@@ -219,12 +217,10 @@ async fn a_refused_subscription_is_an_error_before_any_streaming() {
     assert_eq!(ex.error().unwrap()["data"]["uri"], "file:///nope");
     // The client named a resource the server does not have: like any legacy error that says
     // the request was wrong, it is the client's fault.
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "listen_subscribe_refused"), ("fault", "client")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "rejections_total",
+        &[("reason", "listen_subscribe_refused"), ("fault", "client")],
         1.0
     );
     assert!(
@@ -345,12 +341,10 @@ async fn streams_beyond_max_streams_get_503() {
             .contains("subscriptions.max_streams")
     );
     assert_eq!(ex.headers.get("retry-after").unwrap(), "5");
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "max_listen_streams")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "limit_hits_total",
+        &[("limit", "max_listen_streams")],
         1.0
     );
     assert_eq!(metric(&env.gw, "mrtr_gateway_listen_streams", &[]), 1.0);
@@ -430,12 +424,10 @@ async fn bad_filters_and_limits_are_refused_with_their_codes() {
         assert_eq!(ex.status.as_u16(), 400, "{params}");
         assert_eq!(ex.error_code(), Some(-32602), "{params}");
     }
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "max_resource_subscriptions")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "limit_hits_total",
+        &[("limit", "max_resource_subscriptions")],
         1.0
     );
     // A client that cannot take SSE is told so.

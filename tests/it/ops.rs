@@ -1,6 +1,6 @@
 //! Operating the gateway: admin endpoints, metrics values, reload, drain, TLS, limits, the CLI.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,30 +35,6 @@ fn greet() -> Handlers {
             tokio::time::sleep(Duration::from_millis(ms)).await;
             Ok(tool_text("slept"))
         })
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let mut b = [0u8; 8];
-        getrandom::fill(&mut b).unwrap();
-        let p = std::env::temp_dir().join(format!(
-            "mrtr-ops-{}",
-            b.iter().map(|x| format!("{x:02x}")).collect::<String>()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[tokio::test]
@@ -205,7 +181,7 @@ async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_k
     let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
         .await
         .unwrap();
-    let dir = TempDir::new();
+    let dir = TempDir::new("mrtr-ops");
     let keys = dir.path().join("keys");
     std::fs::create_dir_all(&keys).unwrap();
     write_key(&keys, "k2026-01-01", 1);
@@ -293,14 +269,7 @@ async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_k
     // A broken key file: the reload fails, the previous ring stays, the failure is counted.
     std::fs::write(keys.join("k2026-03-01"), "not base64!").unwrap();
     assert!(reloader.reload_now().is_err());
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_config_reloads_total",
-            &[("result", "error")]
-        ),
-        1.0
-    );
+    assert_metric!(&gw, "config_reloads_total", &[("result", "error")], 1.0);
     assert_eq!(gw.codec.ring().sealing_key().id, "k2026-02-01");
     std::fs::remove_file(keys.join("k2026-03-01")).unwrap();
 
@@ -309,22 +278,13 @@ async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_k
     reloader.reload_now().unwrap();
     let refused = c.request("tools/call", retry(&old_state)).await.unwrap();
     assert_eq!(refused.error_code(), Some(-32602));
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_state_opens_total",
-            &[("result", "state_unknown_key")]
-        ),
+    assert_metric!(
+        &gw,
+        "state_opens_total",
+        &[("result", "state_unknown_key")],
         1.0
     );
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_config_reloads_total",
-            &[("result", "ok")]
-        ),
-        2.0
-    );
+    assert_metric!(&gw, "config_reloads_total", &[("result", "ok")], 2.0);
 
     stop.cancel();
     let served = traffic.await.expect("no background request failed");
@@ -379,7 +339,7 @@ async fn reloads_that_change_single_use_never_forget_a_claim() {
         .await
         .unwrap();
     let redis = crate::support::procs::start_redis().await;
-    let dir = TempDir::new();
+    let dir = TempDir::new("mrtr-ops");
     let cfg_path = dir.path().join("gateway.toml");
     let toml = |single_use: &str| {
         format!(
@@ -508,14 +468,7 @@ async fn reloads_that_change_single_use_never_forget_a_claim() {
         .await
         .unwrap();
     assert_eq!(dup.result(), fresh.result());
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_config_reloads_total",
-            &[("result", "ok")]
-        ),
-        2.0
-    );
+    assert_metric!(&gw, "config_reloads_total", &[("result", "ok")], 2.0);
     running.stop().await;
     legacy.shutdown().await;
 }
@@ -525,7 +478,7 @@ async fn a_changed_key_directory_is_picked_up_by_the_watcher() {
     let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
         .await
         .unwrap();
-    let dir = TempDir::new();
+    let dir = TempDir::new("mrtr-ops");
     let keys = dir.path().join("keys");
     std::fs::create_dir_all(&keys).unwrap();
     write_key(&keys, "a1", 1);
@@ -603,12 +556,10 @@ async fn load_is_shed_with_503_and_retry_after() {
     assert_eq!(shed.status.as_u16(), 503);
     assert_eq!(shed.headers.get("retry-after").unwrap(), "1");
     assert_eq!(shed.error_code(), Some(-32603));
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "max_concurrent_requests")]
-        ),
+    assert_metric!(
+        &gw,
+        "limit_hits_total",
+        &[("limit", "max_concurrent_requests")],
         1.0
     );
     assert_eq!(text_of(&slow.await.unwrap().unwrap()), "slept");
@@ -677,14 +628,7 @@ async fn idle_keep_alive_connections_are_closed() {
     })
     .await;
     assert_eq!(eof, Ok(true));
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "idle_timeout")]
-        ),
-        1.0
-    );
+    assert_metric!(&gw, "limit_hits_total", &[("limit", "idle_timeout")], 1.0);
     running.stop().await;
     legacy.shutdown().await;
 }
@@ -694,7 +638,7 @@ async fn tls_front_reloads_certificates_and_mtls_requires_a_client_certificate()
     let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
         .await
         .unwrap();
-    let dir = TempDir::new();
+    let dir = TempDir::new("mrtr-ops");
     let ca = crate::support::tls::Ca::new("test CA");
     let first = ca.leaf("gateway-1", &["localhost"]);
     let client_ca = crate::support::tls::Ca::new("client CA");
@@ -787,7 +731,7 @@ async fn mtls_identities_through_the_tls_listener_cannot_collide() {
     let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
         .await
         .unwrap();
-    let dir = TempDir::new();
+    let dir = TempDir::new("mrtr-ops");
     let ca = crate::support::tls::Ca::new("test CA");
     let server = ca.leaf("gateway", &["localhost"]);
     let client_ca = crate::support::tls::Ca::new("client CA");
@@ -880,12 +824,10 @@ async fn mtls_identities_through_the_tls_listener_cannot_collide() {
     );
     let (status, refused) = post(running.addr, &two_cns, call(None)).await;
     assert_eq!(status, 401, "{refused}");
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "auth_ambiguous_identity"), ("fault", "client")]
-        ),
+    assert_metric!(
+        &gw,
+        "rejections_total",
+        &[("reason", "auth_ambiguous_identity"), ("fault", "client")],
         1.0
     );
     let (status, ok) = post(running.addr, &real, call(None)).await;
@@ -907,7 +849,7 @@ async fn sigterm_drains_in_flight_calls_refuses_new_ones_and_exits_zero() {
     let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
         .await
         .unwrap();
-    let dir = TempDir::new();
+    let dir = TempDir::new("mrtr-ops");
     let (port, admin) = (free_port(), free_port());
     let cfg = dir.path().join("gateway.toml");
     std::fs::write(
@@ -1006,7 +948,7 @@ where
 
 #[tokio::test]
 async fn check_config_exits_64_naming_the_key_and_the_environment_wins() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("mrtr-ops");
     let path = dir.path().join("g.toml");
     let run = |vars: &[(&str, &str)]| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"));

@@ -186,12 +186,10 @@ async fn default_policy_shows_a_safe_url_and_holds_back_the_twelve_unsafe_ones()
             "{url}"
         );
     }
-    assert_eq!(
-        metric(
-            &s.gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "policy_refused")]
-        ),
+    assert_metric!(
+        &s.gw,
+        "rejections_total",
+        &[("reason", "policy_refused")],
         12.0
     );
 
@@ -408,12 +406,10 @@ async fn a_legacy_result_cannot_forge_a_round() {
         "ttlMs",
         "cacheScope",
     ] {
-        assert_eq!(
-            metric(
-                &s.gw,
-                "mrtr_gateway_legacy_result_fields_dropped_total",
-                &[("field", field)]
-            ),
+        assert_metric!(
+            &s.gw,
+            "legacy_result_fields_dropped_total",
+            &[("field", field)],
             1.0,
             "{field}"
         );
@@ -624,12 +620,10 @@ async fn questions_on_the_standalone_get_stream_are_reviewed_too() {
         "{text}"
     );
     assert!(text.contains("refused by the gateway's policy"), "{text}");
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_policy_refusals_total",
-            &[("kind", "sampling"), ("reason", "kind_not_allowed")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "policy_refusals_total",
+        &[("kind", "sampling"), ("reason", "kind_not_allowed")],
         1.0
     );
     env.stop().await;

@@ -55,14 +55,7 @@ async fn sequential_calls_reuse_one_warm_session() {
         );
     }
     assert_eq!(env.legacy.stats().sessions_opened(), opened);
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_pool_checkouts_total",
-            &[("result", "hit")]
-        ),
-        5.0
-    );
+    assert_metric!(&env.gw, "pool_checkouts_total", &[("result", "hit")], 5.0);
     assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 1.0);
     env.stop().await;
 }
@@ -139,12 +132,10 @@ async fn a_server_request_arriving_while_idle_discards_the_session() {
         next, sid,
         "the session with an unowned request was not reused"
     );
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_pool_discards_total",
-            &[("reason", "unattributed_request")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "pool_discards_total",
+        &[("reason", "unattributed_request")],
         1.0
     );
     // Nobody answered it: the session was closed instead.
@@ -257,14 +248,7 @@ async fn warm_up_opens_sessions_at_start_that_matching_calls_use() {
         .with_capabilities(json!({"roots": {}, "elicitation": {}}));
     let sid = whoami(&warm).await;
     assert_eq!(env.legacy.stats().sessions_opened(), 2);
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_pool_checkouts_total",
-            &[("result", "hit")]
-        ),
-        1.0
-    );
+    assert_metric!(&env.gw, "pool_checkouts_total", &[("result", "hit")], 1.0);
     assert_eq!(
         env.legacy.session(&sid).unwrap().client_capabilities,
         json!({"roots": {"listChanged": true}, "elicitation": {"form": {}}}),

@@ -1047,12 +1047,10 @@ async fn an_outcome_lost_in_a_stall_is_recorded_once_redis_is_back() {
     let dup = present_until_done(&url, &retry, Duration::from_secs(15)).await;
     assert_eq!(&dup, done.result().unwrap());
     assert_eq!(legacy.stats().tool_finishes("pay"), 1, "ran exactly once");
-    assert_eq!(
-        crate::support::metric(
-            &gw,
-            "mrtr_gateway_single_use_writes_retried_total",
-            &[("op", "complete")]
-        ),
+    assert_metric!(
+        &gw,
+        "single_use_writes_retried_total",
+        &[("op", "complete")],
         1.0
     );
     running.stop().await;

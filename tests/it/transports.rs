@@ -458,12 +458,10 @@ async fn a_stdout_line_over_the_cap_is_refused_and_counted() {
         502,
     )
     .await;
-    assert_eq!(
-        metric(
-            &f.gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "upstream_max_line_bytes")]
-        ),
+    assert_metric!(
+        &f.gw,
+        "limit_hits_total",
+        &[("limit", "upstream_max_line_bytes")],
         1.0
     );
     f.stop().await;
@@ -569,12 +567,10 @@ async fn children_are_bounded_by_stdio_max_children() {
         "{:?}",
         second.message
     );
-    assert_eq!(
-        metric(
-            &f.gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "stdio_max_children")]
-        ),
+    assert_metric!(
+        &f.gw,
+        "limit_hits_total",
+        &[("limit", "stdio_max_children")],
         1.0
     );
     assert_eq!(busy.await.unwrap().status.as_u16(), 504);

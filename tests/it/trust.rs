@@ -551,12 +551,10 @@ async fn one_caller_cannot_fill_the_single_use_store_for_everyone() {
         text(done.result().expect("alice is not locked out")),
         "paid 10 (yes)"
     );
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "single_use_max_entries_per_principal")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "limit_hits_total",
+        &[("limit", "single_use_max_entries_per_principal")],
         1.0
     );
     assert_eq!(
@@ -735,12 +733,10 @@ async fn jwt_mode_rejects_bad_tokens_with_401_and_binds_states_to_the_subject() 
         (400, Some(-32602))
     );
     assert_eq!(legacy.stats().messages_received(), before);
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_state_opens_total",
-            &[("result", "state_wrong_principal")]
-        ),
+    assert_metric!(
+        &gw,
+        "state_opens_total",
+        &[("result", "state_wrong_principal")],
         1.0
     );
     let mine = alice

@@ -141,12 +141,10 @@ async fn an_unknown_ca_or_a_wrong_name_is_a_clear_502_and_not_ready() {
     let text = msg["error"]["message"].as_str().unwrap_or_default();
     assert!(text.contains("not signed by a CA"), "{msg}");
     assert!(!text.contains(&nginx.port.to_string()), "{msg}");
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "upstream_tls_failed"), ("fault", "upstream")]
-        ),
+    assert_metric!(
+        &gw,
+        "rejections_total",
+        &[("reason", "upstream_tls_failed"), ("fault", "upstream")],
         1.0
     );
     let (ready, detail) = upstream_check(&gw).await;

@@ -182,12 +182,10 @@ async fn stalled_bodies_hold_no_request_slot_and_are_closed_at_the_body_deadline
     let all_closed_after = sent.elapsed();
     assert_eq!(closed, STALLED);
     assert_eq!(limit_hits(&env, "body_read_timeout"), STALLED as f64);
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "body_read_timeout"), ("fault", "client")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "rejections_total",
+        &[("reason", "body_read_timeout"), ("fault", "client")],
         STALLED as f64
     );
     assert!(
@@ -560,12 +558,10 @@ async fn listen_streams_have_a_per_principal_quota_and_hold_no_slot() {
     assert_eq!(c1.status.as_u16(), 503);
     assert_eq!(limit_hits(&env, "max_listen_streams_per_principal"), 1.0);
     assert_eq!(limit_hits(&env, "max_listen_streams"), 1.0);
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "listen_stream_quota"), ("fault", "client")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "rejections_total",
+        &[("reason", "listen_stream_quota"), ("fault", "client")],
         1.0
     );
     // Three streams open, one request slot: ordinary requests are still served.
@@ -706,12 +702,10 @@ async fn parked_calls_leave_stdio_children_for_fresh_calls() {
     assert_eq!(text(ex.result().unwrap()), "5");
     // Two parked; the third was not, and its retry will replay.
     assert_eq!(metric(&gw, "mrtr_gateway_parked_calls", &[]), 2.0);
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "parking_stdio_reserve")]
-        ),
+    assert_metric!(
+        &gw,
+        "limit_hits_total",
+        &[("limit", "parking_stdio_reserve")],
         1.0
     );
     println!(
@@ -851,14 +845,7 @@ async fn idle_admin_sockets_do_not_starve_the_mcp_listener() {
     let hits = |limit: &str| sample(&text, "mrtr_gateway_limit_hits_total", &[("limit", limit)]);
     assert!(hits("admin_max_connections") >= (IDLE - CAP) as f64);
     assert_eq!(hits("admin_header_read_timeout"), 0.0);
-    assert_eq!(
-        sample(
-            &text,
-            "mrtr_gateway_accept_errors_total",
-            &[("listener", "mcp")]
-        ),
-        0.0
-    );
+    assert_sample!(&text, "accept_errors_total", &[("listener", "mcp")], 0.0);
     legacy.shutdown().await;
 }
 

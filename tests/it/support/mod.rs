@@ -1,6 +1,26 @@
 //! Shared pieces of the integration tests: a gateway in front of the in-repo legacy server,
 //! configurations, and the scripted answers a test client gives.
 
+/// `assert_eq!` on one sample of scraped Prometheus text:
+/// `assert_sample!(&text, name, labels, want)`, the name without its `mrtr_gateway_` prefix (as
+/// `deploy::metric_names` lists them), with an optional message as `assert_eq!` takes.
+macro_rules! assert_sample {
+    ($text:expr, $name:literal, $labels:expr, $want:expr $(, $($msg:tt)+)?) => {
+        assert_eq!(
+            $crate::support::sample($text, concat!("mrtr_gateway_", $name), $labels),
+            $want
+            $(, $($msg)+)?
+        )
+    };
+}
+
+/// `assert_sample!` on a gateway's own metrics: `assert_metric!(&gw, name, labels, want)`.
+macro_rules! assert_metric {
+    ($gw:expr, $($rest:tt)+) => {
+        assert_sample!(&($gw).metrics.render(), $($rest)+)
+    };
+}
+
 pub mod admin;
 pub mod logs;
 pub mod nginx;
@@ -8,6 +28,8 @@ pub mod peers;
 pub mod procs;
 pub mod round_robin;
 pub mod tls;
+
+pub use peers::tempdir::TempDir;
 
 use std::sync::Arc;
 use std::time::Duration;
