@@ -11,42 +11,10 @@ use mrtr_testkit::legacy_server::{
 };
 use serde_json::{Value, json};
 
-fn greet_handlers() -> Handlers {
-    Handlers::new().tool(
-        "greet",
-        "asks a name",
-        json!({"type": "object"}),
-        |ctx, _| async move {
-            let a = ctx.elicit_form("What is your name?", form("name")).await?;
-            Ok(tool_text(format!(
-                "Hello, {}!",
-                a["content"]["name"].as_str().unwrap_or("?")
-            )))
-        },
-    )
-}
-
-async fn greet_flow(
-    env: &Env,
-) -> (
-    Vec<mrtr_testkit::client::Round>,
-    mrtr_testkit::client::Exchange,
-) {
-    env.client()
-        .call_with_input(
-            "tools/call",
-            json!({"name": "greet", "arguments": {}}),
-            &mut answer,
-            8,
-        )
-        .await
-        .expect("the flow runs")
-}
-
 #[tokio::test]
 async fn one_elicitation_round_then_complete() {
     let env = env(greet_handlers()).await;
-    let (rounds, last) = greet_flow(&env).await;
+    let (rounds, last) = greet_flow(&env.client(), 8).await;
     assert_eq!(rounds.len(), 1);
     let r1 = &rounds[0];
     assert_eq!(r1.input_requests.len(), 1);
@@ -108,7 +76,7 @@ const REPLAY: &str = "[parking]\ndefault_policy = \"replay\"\n";
 #[tokio::test]
 async fn without_parking_every_round_replays_the_tool() {
     let env = env_with(LegacyServerConfig::default(), greet_handlers(), "", REPLAY).await;
-    let (rounds, last) = greet_flow(&env).await;
+    let (rounds, last) = greet_flow(&env.client(), 8).await;
     assert_eq!(rounds.len(), 1);
     assert_eq!(text(last.result().unwrap()), "Hello, name-answer!");
     assert_eq!(env.legacy.stats().tool_starts("greet"), 2);
@@ -159,7 +127,7 @@ async fn server_request_ids_are_their_own_id_space() {
         ..Default::default()
     };
     let env = env_with(cfg, greet_handlers(), "", "").await;
-    let (rounds, last) = greet_flow(&env).await;
+    let (rounds, last) = greet_flow(&env.client(), 8).await;
     assert_eq!(rounds.len(), 1);
     assert_eq!(text(last.result().unwrap()), "Hello, name-answer!");
     let stats = env.legacy.stats();
@@ -381,7 +349,7 @@ async fn both_sse_framings_are_understood() {
             ..Default::default()
         };
         let env = env_with(cfg, greet_handlers(), "", "").await;
-        let (rounds, last) = greet_flow(&env).await;
+        let (rounds, last) = greet_flow(&env.client(), 8).await;
         assert_eq!(rounds.len(), 1, "{framing:?}");
         assert_eq!(
             text(last.result().unwrap()),
@@ -404,13 +372,7 @@ async fn an_unanswered_question_is_asked_again() {
         .as_str()
         .unwrap()
         .to_string();
-    let key = first.result().unwrap()["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = input_key(first.result().unwrap());
     // The retry carries the state but no answer (and an unrelated extra key, which is ignored).
     let again = c
         .request(
@@ -433,13 +395,7 @@ async fn an_invalid_answer_is_refused_naming_its_key_before_anything_reaches_the
         .await
         .unwrap();
     let res = first.result().unwrap();
-    let key = res["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = input_key(res);
     let state = res["requestState"].clone();
     env.legacy
         .stats()
@@ -641,11 +597,13 @@ async fn a_client_that_goes_away_cancels_the_legacy_call() {
         stats.sessions_live()
     );
     assert!(
-        eventually(Duration::from_secs(2), || metric(
+        metric_reaches(
             &env.gw,
             "mrtr_gateway_active_requests",
-            &[]
-        ) == 0.0)
+            &[],
+            0.0,
+            Duration::from_secs(2)
+        )
         .await
     );
     env.stop().await;
@@ -712,7 +670,7 @@ async fn a_2025_06_18_server_gets_legacy_shapes_and_its_elicitations_become_form
         .await
         .unwrap();
     assert!(l0.result().is_some(), "{:?}", l0.message);
-    let (rounds, last) = greet_flow(&env).await;
+    let (rounds, last) = greet_flow(&env.client(), 8).await;
     assert_eq!(
         rounds[0].input_requests.values().next().unwrap()["params"]["mode"],
         "form"

@@ -75,13 +75,8 @@ async fn fault_env_with(server: LegacyServerConfig, h: Handlers, u: Upstream) ->
     let legacy = LegacyServer::start(server, with_echo(h))
         .await
         .expect("legacy server starts");
-    let (gw, running, url) = start_gateway(fault_config(&legacy.url(), u)).await;
-    let env = Env {
-        legacy,
-        gw,
-        running,
-        url,
-    };
+    let cfg = fault_config(&legacy.url(), u);
+    let env = Env::start(legacy, cfg).await;
     // Warm the discover cache so a failing `initialize` hits the call, not routing.
     healthy(&env).await;
     env

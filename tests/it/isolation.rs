@@ -186,11 +186,7 @@ async fn a_retry_on_a_reused_session_answers_the_refresh_from_the_client_answers
             .unwrap();
         assert!(text(done.result().unwrap()).contains("/srv/alice"));
     }
-    assert!(
-        eventually(WAIT, || metric(&gw, "mrtr_gateway_pool_idle_sessions", &[])
-            == 2.0)
-        .await
-    );
+    assert!(metric_reaches(&gw, "mrtr_gateway_pool_idle_sessions", &[], 2.0, WAIT).await);
 
     // Bob: his first round is the reused session's roots/list (that session is closed); his
     // retry takes the other warm session, whose roots/list is answered from his answers
@@ -666,9 +662,7 @@ async fn warm_up_sessions_carry_the_static_token() {
     ))
     .await;
     assert!(
-        eventually(WAIT, || metric(&gw, "mrtr_gateway_pool_idle_sessions", &[])
-            == 1.0)
-        .await,
+        metric_reaches(&gw, "mrtr_gateway_pool_idle_sessions", &[], 1.0, WAIT).await,
         "the warm-up session opened"
     );
     let c = ModernClient::new(&url).with_capabilities(json!({}));

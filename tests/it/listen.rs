@@ -259,11 +259,7 @@ async fn the_legacy_session_closes_when_the_client_goes_away() {
             .await,
         "the legacy session is DELETEd when the client disconnects"
     );
-    assert!(
-        eventually(WAIT, || metric(&env.gw, "mrtr_gateway_listen_streams", &[])
-            == 0.0)
-        .await
-    );
+    assert!(metric_reaches(&env.gw, "mrtr_gateway_listen_streams", &[], 0.0, WAIT).await);
     env.stop().await;
 }
 
@@ -349,11 +345,7 @@ async fn streams_beyond_max_streams_get_503() {
     );
     assert_eq!(metric(&env.gw, "mrtr_gateway_listen_streams", &[]), 1.0);
     drop(first);
-    assert!(
-        eventually(WAIT, || metric(&env.gw, "mrtr_gateway_listen_streams", &[])
-            == 0.0)
-        .await
-    );
+    assert!(metric_reaches(&env.gw, "mrtr_gateway_listen_streams", &[], 0.0, WAIT).await);
     let mut again = listen(&c, json!({"toolsListChanged": true})).await;
     ack(&mut again).await;
     env.stop().await;
@@ -496,11 +488,7 @@ async fn fastmcp_tool_list_change_reaches_the_tools_stream_only() {
             .any(|t| t["name"] == "extra")
     );
     drop((tools, prompts));
-    assert!(
-        eventually(WAIT, || metric(&gw, "mrtr_gateway_listen_streams", &[])
-            == 0.0)
-        .await
-    );
+    assert!(metric_reaches(&gw, "mrtr_gateway_listen_streams", &[], 0.0, WAIT).await);
     running.stop().await;
     py.kill().await;
 }

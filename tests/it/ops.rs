@@ -17,24 +17,16 @@ use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
 
 fn greet() -> Handlers {
-    Handlers::new()
-        .tool(
-            "greet",
-            "",
-            json!({"type": "object"}),
-            |ctx, _| async move {
-                let a = ctx.elicit_form("Name?", form("name")).await?;
-                Ok(tool_text(format!(
-                    "Hello {}",
-                    a["content"]["name"].as_str().unwrap_or("?")
-                )))
-            },
-        )
-        .tool("slow", "", json!({"type": "object"}), |_, a| async move {
+    name_asking_tool(Handlers::new(), "", "Name?", |name| format!("Hello {name}")).tool(
+        "slow",
+        "",
+        json!({"type": "object"}),
+        |_, a| async move {
             let ms = a["ms"].as_u64().unwrap_or(500);
             tokio::time::sleep(Duration::from_millis(ms)).await;
             Ok(tool_text("slept"))
-        })
+        },
+    )
 }
 
 #[tokio::test]
@@ -60,11 +52,7 @@ async fn health_and_readiness_mean_something() {
     env.stop().await;
 
     // A gateway whose legacy server is down is not ready.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let (gw, running, _) =
         start_gateway(config(&format!("http://127.0.0.1:{port}/mcp"), "", "", "")).await;
     let admin = start_admin(gw.clone()).await;
@@ -78,15 +66,7 @@ async fn health_and_readiness_mean_something() {
 async fn metrics_count_a_flow_and_a_tampered_state() {
     let env = env(greet()).await;
     let c = env.client();
-    let (rounds, last) = c
-        .call_with_input(
-            "tools/call",
-            json!({"name": "greet", "arguments": {}}),
-            &mut answer,
-            4,
-        )
-        .await
-        .unwrap();
+    let (rounds, last) = greet_flow(&c, 4).await;
     assert_eq!((rounds.len(), last.result_type()), (1, Some("complete")));
     let state = rounds[0].exchange.result().unwrap()["requestState"]
         .as_str()
@@ -210,15 +190,7 @@ async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_k
             let c = ModernClient::new(&url);
             let mut n = 0;
             while !stop.is_cancelled() {
-                let (_, last) = c
-                    .call_with_input(
-                        "tools/call",
-                        json!({"name": "greet", "arguments": {}}),
-                        &mut answer,
-                        4,
-                    )
-                    .await
-                    .unwrap();
+                let (_, last) = greet_flow(&c, 4).await;
                 assert_eq!(last.result_type(), Some("complete"), "{:?}", last.message);
                 n += 1;
             }
@@ -252,13 +224,7 @@ async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_k
             .unwrap()
             .starts_with("m1.k2026-02-01.")
     );
-    let answer_key = first.result().unwrap()["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let answer_key = input_key(first.result().unwrap());
     let retry = |state: &str| {
         json!({"name": "greet", "arguments": {}, "requestState": state,
                "inputResponses": {answer_key.clone(): {"action": "accept", "content": {"name": "Ada"}}}})
@@ -300,13 +266,7 @@ async fn greet_round_one(c: &ModernClient, tool: &str) -> (String, String) {
         .await
         .unwrap();
     let r = first.result().expect("round 1 asks");
-    let key = r["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = input_key(r);
     (r["requestState"].as_str().unwrap().to_string(), key)
 }
 
@@ -542,11 +502,13 @@ async fn load_is_shed_with_503_and_retry_after() {
         }
     });
     assert!(
-        eventually(Duration::from_secs(3), || metric(
+        metric_reaches(
             &gw,
             "mrtr_gateway_active_requests",
-            &[]
-        ) == 1.0)
+            &[],
+            1.0,
+            Duration::from_secs(3)
+        )
         .await
     );
     let shed = ModernClient::new(&url)
@@ -834,14 +796,6 @@ async fn mtls_identities_through_the_tls_listener_cannot_collide() {
     assert_eq!(status, 200, "{ok}");
     running.stop().await;
     legacy.shutdown().await;
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test]

@@ -232,11 +232,13 @@ async fn warm_up_opens_sessions_at_start_that_matching_calls_use() {
     )
     .await;
     assert!(
-        eventually(Duration::from_secs(5), || metric(
+        metric_reaches(
             &env.gw,
             "mrtr_gateway_pool_idle_sessions",
-            &[]
-        ) == 2.0)
+            &[],
+            2.0,
+            Duration::from_secs(5)
+        )
         .await,
         "two sessions were warmed before any request"
     );

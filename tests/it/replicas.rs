@@ -29,13 +29,7 @@ async fn first_round(url: &str) -> Value {
 }
 
 async fn retry(url: &str, first: &Value) -> mrtr_testkit::client::Exchange {
-    let key = first["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = input_key(first);
     ModernClient::new(url)
         .request(
             "tools/call",
@@ -335,11 +329,13 @@ async fn an_expired_parked_call_is_cancelled_upstream_and_released() {
         stats.sessions_live()
     );
     assert!(
-        eventually(Duration::from_secs(2), || metric(
+        metric_reaches(
             &env.gw,
             "mrtr_gateway_parked_calls",
-            &[]
-        ) == 0.0)
+            &[],
+            0.0,
+            Duration::from_secs(2)
+        )
         .await
     );
     assert_metric!(
@@ -353,13 +349,7 @@ async fn an_expired_parked_call_is_cancelled_upstream_and_released() {
         0.0
     );
     // The state is still valid (state.ttl > parking.ttl): its retry replays.
-    let key = first.result().unwrap()["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = input_key(first.result().unwrap());
     let done = env
         .client()
         .request(

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::support::peers::tempdir::TempDir;
 use crate::support::peers::{
-    PyLegacyServer, assert_ok, input_rounds, legacy_python, modern_scenario, python_stdio_command,
-    repo, result_text, starts_in,
+    PyLegacyServer, assert_ok, input_rounds, legacy_python, modern_scenario, progress_values,
+    python_stdio_command, repo, result_text, starts_in,
 };
 use crate::support::*;
 use mrtr_gateway::front::listener::Running;
@@ -158,13 +158,7 @@ impl Bridge {
                 let r = self.run("progress_task", &[]).await;
                 assert_ok(&r);
                 assert_eq!(result_text(&r), "done 3");
-                let progress: Vec<f64> = r["progress"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|p| p["progress"].as_f64().unwrap())
-                    .collect();
-                assert_eq!(progress, vec![1.0, 2.0, 3.0]);
+                assert_eq!(progress_values(&r), vec![1.0, 2.0, 3.0]);
             }
             "declined" => {
                 let r = self.run("declined", &["--raw"]).await;
@@ -664,21 +658,6 @@ async fn stdio_children_do_not_inherit_descriptors_the_gateway_inherited() {
 
 // ------------------------------------------------------- Streamable HTTP details
 
-fn greet_handlers() -> Handlers {
-    Handlers::new().tool(
-        "greet",
-        "asks a name",
-        json!({"type": "object"}),
-        |ctx, _| async move {
-            let a = ctx.elicit_form("What is your name?", form("name")).await?;
-            Ok(tool_text(format!(
-                "Hello, {}!",
-                a["content"]["name"].as_str().unwrap_or("?")
-            )))
-        },
-    )
-}
-
 #[tokio::test]
 async fn a_polled_call_stream_is_resumed_with_last_event_id() {
     // Replay (no parking), so both rounds open a call stream of their own.
@@ -695,16 +674,7 @@ async fn a_polled_call_stream_is_resumed_with_last_event_id() {
             .faults()
             .next_call_stream(CallStreamFault::Poll { retry_ms: 20 });
     }
-    let (rounds, last) = env
-        .client()
-        .call_with_input(
-            "tools/call",
-            json!({"name": "greet", "arguments": {}}),
-            &mut answer,
-            4,
-        )
-        .await
-        .unwrap();
+    let (rounds, last) = greet_flow(&env.client(), 4).await;
     assert_eq!(
         rounds.len(),
         1,

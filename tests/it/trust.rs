@@ -53,13 +53,7 @@ async fn first_round(c: &ModernClient) -> (String, String) {
         .await
         .unwrap();
     let res = r.result().expect("an input_required result");
-    let key = res["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = input_key(res);
     (res["requestState"].as_str().unwrap().to_string(), key)
 }
 
@@ -576,11 +570,7 @@ async fn an_unreachable_redis_fails_closed_and_readiness_says_so() {
     let legacy = LegacyServer::start(LegacyServerConfig::default(), handlers())
         .await
         .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let cfg = config(
         &legacy.url(),
         "",

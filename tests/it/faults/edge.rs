@@ -38,13 +38,7 @@ async fn edge_env(h: Handlers, listen: &str, extra: &str) -> Env {
     );
     let cfg = Config::from_toml_str(&text, &[], None)
         .unwrap_or_else(|e| panic!("edge config: {e}\n{text}"));
-    let (gw, running, url) = start_gateway(cfg).await;
-    Env {
-        legacy,
-        gw,
-        running,
-        url,
-    }
+    Env::start(legacy, cfg).await
 }
 
 /// Makes sure this test process may hold `n` descriptors (both ends of every test socket
@@ -372,11 +366,13 @@ async fn a_connection_must_send_its_first_request_within_header_read_timeout() {
         "a silent TLS connection is closed: {closed:?}"
     );
     assert!(
-        eventually(Duration::from_secs(5), || metric(
+        metric_reaches(
             &gw,
             "mrtr_gateway_limit_hits_total",
-            &[("limit", "header_read_timeout")]
-        ) == 1.0)
+            &[("limit", "header_read_timeout")],
+            1.0,
+            Duration::from_secs(5)
+        )
         .await
     );
     running.stop().await;
@@ -723,14 +719,7 @@ async fn spawn_limited(
     env: &[(&str, &str)],
     nofile: u32,
 ) -> (tokio::process::Child, u16, u16) {
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (port, admin) = (free(), free());
+    let (port, admin) = (free_port(), free_port());
     let path = dir.join("gateway.toml");
     std::fs::write(
         &path,
