@@ -87,11 +87,7 @@ async fn without_parking_every_round_replays_the_tool() {
 #[tokio::test]
 async fn the_legacy_call_is_cancelled_and_its_session_deleted_when_input_is_required() {
     let env = env_with(LegacyServerConfig::default(), greet_handlers(), "", REPLAY).await;
-    let first = env
-        .client()
-        .request("tools/call", json!({"name": "greet", "arguments": {}}))
-        .await
-        .unwrap();
+    let first = call_tool(&env.client(), "greet").await;
     assert_eq!(first.result_type(), Some("input_required"));
     let stats = env.legacy.stats_handle();
     assert!(
@@ -325,10 +321,7 @@ async fn a_session_lost_before_the_call_is_reinitialized_once() {
     let c = env.client();
     let inits_before = env.legacy.stats().count_method("initialize");
     env.legacy.faults().expire_session_before("tools/call");
-    let r = c
-        .request("tools/call", json!({"name": "add", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(&c, "add").await;
     assert_eq!(text(r.result().unwrap()), "ok", "{:?}", r.message);
     let stats = env.legacy.stats();
     assert_eq!(
@@ -364,10 +357,7 @@ async fn both_sse_framings_are_understood() {
 async fn an_unanswered_question_is_asked_again() {
     let env = env(greet_handlers()).await;
     let c = env.client();
-    let first = c
-        .request("tools/call", json!({"name": "greet", "arguments": {}}))
-        .await
-        .unwrap();
+    let first = call_tool(&c, "greet").await;
     let state = first.result().unwrap()["requestState"]
         .as_str()
         .unwrap()
@@ -390,10 +380,7 @@ async fn an_unanswered_question_is_asked_again() {
 async fn an_invalid_answer_is_refused_naming_its_key_before_anything_reaches_the_server() {
     let env = env(greet_handlers()).await;
     let c = env.client();
-    let first = c
-        .request("tools/call", json!({"name": "greet", "arguments": {}}))
-        .await
-        .unwrap();
+    let first = call_tool(&c, "greet").await;
     let res = first.result().unwrap();
     let key = input_key(res);
     let state = res["requestState"].clone();
@@ -444,10 +431,7 @@ async fn answers_sent_before_they_are_asked_are_used() {
     );
     let env = env(h).await;
     let c = env.client();
-    let r1 = c
-        .request("tools/call", json!({"name": "named", "arguments": {}}))
-        .await
-        .unwrap();
+    let r1 = call_tool(&c, "named").await;
     let keys: Vec<&String> = r1.result().unwrap()["inputRequests"]
         .as_object()
         .unwrap()
@@ -476,10 +460,7 @@ async fn answers_sent_before_they_are_asked_are_used() {
 async fn a_question_the_client_cannot_answer_is_a_missing_capability() {
     let env = env(greet_handlers()).await;
     let c = env.client().with_capabilities(json!({"sampling": {}}));
-    let r = c
-        .request("tools/call", json!({"name": "greet", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(&c, "greet").await;
     assert_eq!(r.status, 400);
     assert_eq!(r.error_code(), Some(-32021));
     assert_eq!(
@@ -537,18 +518,12 @@ async fn progress_streams_over_sse_and_logs_follow_the_requested_level() {
             .all(|n| n["params"]["progressToken"] == "p1")
     );
     assert_eq!(text(r.result().unwrap()), "done");
-    let quiet = c
-        .request("tools/call", json!({"name": "slow", "arguments": {}}))
-        .await
-        .unwrap();
+    let quiet = call_tool(&c, "slow").await;
     assert!(
         !quiet.streamed,
         "nothing to stream without a progress token"
     );
-    let no_logs = c
-        .request("tools/call", json!({"name": "chatty", "arguments": {}}))
-        .await
-        .unwrap();
+    let no_logs = call_tool(&c, "chatty").await;
     assert!(no_logs.notifications.is_empty() && !no_logs.streamed);
     let logs = c
         .request(
@@ -585,17 +560,7 @@ async fn a_client_that_goes_away_cancels_the_legacy_call() {
         .await;
     assert!(r.is_err(), "the client gave up");
     let stats = env.legacy.stats_handle();
-    assert!(
-        stats
-            .wait_until(
-                |s| s.cancellations().len() == 1 && s.sessions_live() == 0,
-                Duration::from_secs(5)
-            )
-            .await,
-        "cancellations {:?}, live {}",
-        stats.cancellations(),
-        stats.sessions_live()
-    );
+    assert_cancelled_upstream(&stats, |_| true).await;
     assert!(
         metric_reaches(
             &env.gw,
@@ -803,10 +768,7 @@ async fn url_mode_elicitation_becomes_a_url_input_request_only_when_declared() {
     );
 
     let form_only = env.client().with_capabilities(json!({"elicitation": {}}));
-    let r = form_only
-        .request("tools/call", json!({"name": "link", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(&form_only, "link").await;
     assert_eq!(r.error_code(), Some(-32021));
     assert_eq!(
         r.error().unwrap()["data"]["requiredCapabilities"],
@@ -840,10 +802,7 @@ async fn legacy_error_32042_becomes_an_input_required_round_and_never_reaches_th
 
     // Without elicitation.url the client is told what it lacks.
     let form_only = env.client().with_capabilities(json!({"elicitation": {}}));
-    let r = form_only
-        .request("tools/call", json!({"name": "needs_url", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(&form_only, "needs_url").await;
     assert_eq!(r.error_code(), Some(-32021), "{:?}", r.message);
     assert_eq!(
         r.error().unwrap()["data"]["requiredCapabilities"],

@@ -422,18 +422,12 @@ async fn check_per_caller_views(alice: &ModernClient, bob: &ModernClient) {
         .unwrap_or_else(|| panic!("alice's tools/list: {:?}", list.message));
     assert_eq!(r["tools"][0]["name"], "t");
     assert_eq!(r["cacheScope"], "private");
-    let call = alice
-        .request("tools/call", json!({"name": "t", "arguments": {}}))
-        .await
-        .unwrap();
+    let call = call_tool(alice, "t").await;
     assert_eq!(text(call.result().unwrap()), "ok");
 
     // And bob's view is still his own.
     assert_eq!(discover(bob).await["instructions"], "instructions for bob");
-    let call = bob
-        .request("tools/call", json!({"name": "t", "arguments": {}}))
-        .await
-        .unwrap();
+    let call = call_tool(bob, "t").await;
     assert_eq!(call.status.as_u16(), 404, "{:?}", call.message);
 }
 
@@ -495,10 +489,7 @@ async fn quiet(s: &mut EventStream) -> bool {
 async fn only_the_caller_hears(alice: &ModernClient, bob: &ModernClient) {
     let mut a = listen(alice).await;
     let mut b = listen(bob).await;
-    let r = alice
-        .request("tools/call", json!({"name": "change", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(alice, "change").await;
     assert_eq!(text(r.result().unwrap()), "changed");
     for method in [
         "notifications/tools/list_changed",
@@ -666,10 +657,7 @@ async fn warm_up_sessions_carry_the_static_token() {
         "the warm-up session opened"
     );
     let c = ModernClient::new(&url).with_capabilities(json!({}));
-    let r = c
-        .request("tools/call", json!({"name": "t", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(&c, "t").await;
     assert_eq!(text(r.result().unwrap()), "ok");
     assert_metric!(
         &gw,

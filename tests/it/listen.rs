@@ -525,18 +525,12 @@ async fn changes_announced_only_to_a_call_session_reach_listen_streams() {
     let c = env.client();
     let mut s = listen(&c, json!({"toolsListChanged": true})).await;
     assert_eq!(ack(&mut s).await, json!({"toolsListChanged": true}));
-    let r = c
-        .request("tools/call", json!({"name": "during", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(&c, "during").await;
     assert_eq!(text(r.result().unwrap()), "changed");
     expect_tagged(&mut s, "notifications/tools/list_changed").await;
     // A change announced after the call ended (its session idles in the pool by then)
     // arrives too.
-    let r = c
-        .request("tools/call", json!({"name": "after", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(&c, "after").await;
     assert_eq!(text(r.result().unwrap()), "will change");
     expect_tagged(&mut s, "notifications/tools/list_changed").await;
     // One change is one notification, however many sessions saw it.

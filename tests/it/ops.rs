@@ -199,10 +199,7 @@ async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_k
     };
 
     let c = ModernClient::new(&url);
-    let first = c
-        .request("tools/call", json!({"name": "greet", "arguments": {}}))
-        .await
-        .unwrap();
+    let first = call_tool(&c, "greet").await;
     let old_state = first.result().unwrap()["requestState"]
         .as_str()
         .unwrap()
@@ -214,10 +211,7 @@ async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_k
     std::fs::write(&cfg_path, toml(8)).unwrap();
     reloader.reload_now().unwrap();
     assert_eq!(gw.config().state.max_rounds, 8);
-    let next = c
-        .request("tools/call", json!({"name": "greet", "arguments": {}}))
-        .await
-        .unwrap();
+    let next = call_tool(&c, "greet").await;
     assert!(
         next.result().unwrap()["requestState"]
             .as_str()

@@ -35,10 +35,7 @@ async fn call(env: &Env, name: &str) -> String {
 
 /// Calls `whoami` as `client`; returns the legacy session id that served it.
 async fn whoami(client: &ModernClient) -> String {
-    let r = client
-        .request("tools/call", json!({"name": "whoami", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(client, "whoami").await;
     text(r.result().unwrap_or_else(|| panic!("{:?}", r.message)))
 }
 
@@ -67,10 +64,7 @@ async fn concurrent_calls_never_share_a_session() {
     for _ in 0..5 {
         let c = env.client();
         tasks.push(tokio::spawn(async move {
-            let r = c
-                .request("tools/call", json!({"name": "slow", "arguments": {}}))
-                .await
-                .unwrap();
+            let r = call_tool(&c, "slow").await;
             text(r.result().unwrap())
         }));
     }

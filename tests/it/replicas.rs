@@ -302,11 +302,7 @@ async fn an_expired_parked_call_is_cancelled_upstream_and_released() {
         "[parking]\nttl = \"1s\"\n",
     )
     .await;
-    let first = env
-        .client()
-        .request("tools/call", json!({"name": "wait", "arguments": {}}))
-        .await
-        .unwrap();
+    let first = call_tool(&env.client(), "wait").await;
     assert_eq!(first.result_type(), Some("input_required"));
     assert_eq!(metric(&env.gw, "mrtr_gateway_parked_calls", &[]), 1.0);
     let stats = env.legacy.stats_handle();
@@ -315,19 +311,7 @@ async fn an_expired_parked_call_is_cancelled_upstream_and_released() {
         1,
         "the parked call keeps its session"
     );
-    assert!(
-        stats
-            .wait_until(
-                |s| s.cancellations().len() == 1
-                    && s.sessions_live() == 0
-                    && s.sessions_deleted() >= 1,
-                Duration::from_secs(5)
-            )
-            .await,
-        "cancellations {:?}, live {}",
-        stats.cancellations(),
-        stats.sessions_live()
-    );
+    assert_cancelled_upstream(&stats, |s| s.sessions_deleted() >= 1).await;
     assert!(
         metric_reaches(
             &env.gw,

@@ -786,10 +786,7 @@ async fn gateway(
 
 /// Round 1 of `pay`: its result (state and question).
 async fn pay_round_one(url: &str) -> Value {
-    let r = ModernClient::new(url)
-        .request("tools/call", json!({"name": "pay", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = crate::support::call_tool(&ModernClient::new(url), "pay").await;
     assert_eq!(r.result_type(), Some("input_required"), "{:?}", r.message);
     r.result().unwrap().clone()
 }

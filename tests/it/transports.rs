@@ -605,10 +605,7 @@ async fn stdio_children_do_not_inherit_descriptors_the_gateway_inherited() {
         "the launcher did not hand the gateway an open fd 5"
     );
 
-    let ex = ModernClient::new(&url)
-        .request("tools/call", json!({"name": "open_files", "arguments": {}}))
-        .await
-        .unwrap();
+    let ex = call_tool(&ModernClient::new(&url), "open_files").await;
     let listing: std::collections::BTreeMap<String, String> = serde_json::from_str(&text(
         ex.result()
             .unwrap_or_else(|| panic!("open_files failed: {:?}", ex.message)),
@@ -786,12 +783,7 @@ async fn a_get_stream_that_keeps_breaking_is_given_up_after_resume_attempts() {
         "",
     );
     let (gw, running, url) = start_gateway(cfg).await;
-    let call = tokio::spawn(async move {
-        ModernClient::new(&url)
-            .request("tools/call", json!({"name": "wait", "arguments": {}}))
-            .await
-            .unwrap()
-    });
+    let call = tokio::spawn(async move { call_tool(&ModernClient::new(&url), "wait").await });
     let stats = legacy.stats();
     assert!(
         stats
@@ -849,10 +841,7 @@ async fn a_stateless_server_that_asks_for_input_fails_fast_with_a_clear_error() 
     assert_eq!(text(add.result().expect("add completes")), "5");
     // One that asks for input ends at once instead of waiting for a timeout.
     let started = Instant::now();
-    let greet = client
-        .request("tools/call", json!({"name": "greet", "arguments": {}}))
-        .await
-        .unwrap();
+    let greet = call_tool(&client, "greet").await;
     assert_eq!(greet.status.as_u16(), 502);
     // The client hears that the stream ended; why (the server has no sessions) is for the
     // operator, in the WARN line with the client's request id.

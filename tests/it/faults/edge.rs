@@ -672,10 +672,7 @@ async fn parked_calls_leave_stdio_children_for_fresh_calls() {
     .await;
     let attacker = ModernClient::new(&url);
     for i in 0..3 {
-        let ex = attacker
-            .request("tools/call", json!({"name": "greet", "arguments": {}}))
-            .await
-            .unwrap();
+        let ex = call_tool(&attacker, "greet").await;
         assert_eq!(
             ex.result_type(),
             Some("input_required"),

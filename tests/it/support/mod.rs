@@ -38,7 +38,7 @@ use mrtr_gateway::config::Config;
 use mrtr_gateway::front::listener::{self, Running};
 use mrtr_gateway::gateway::Gateway;
 use mrtr_testkit::client::{Exchange, ModernClient, Round};
-use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
+use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig, ServerStats};
 use serde_json::{Value, json};
 
 pub const TEST_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -187,6 +187,13 @@ pub fn greet_handlers() -> Handlers {
     )
 }
 
+/// Calls the tool `name` with no arguments through `c` (one request, no answers).
+pub async fn call_tool(c: &ModernClient, name: &str) -> Exchange {
+    c.request("tools/call", json!({"name": name, "arguments": {}}))
+        .await
+        .expect("the request gets an answer")
+}
+
 /// Calls `greet` through `c`, answering its questions with [`answer`], in at most
 /// `max_rounds` rounds; the rounds and the last exchange.
 pub async fn greet_flow(c: &ModernClient, max_rounds: u32) -> (Vec<Round>, Exchange) {
@@ -265,6 +272,22 @@ pub async fn metric_reaches(
     within: Duration,
 ) -> bool {
     eventually(within, || metric(gw, name, labels) == want).await
+}
+
+/// Asserts that within 5 s the legacy server has seen exactly one cancellation, holds no live
+/// session, and `also` holds; the failure shows the cancellations and live sessions.
+pub async fn assert_cancelled_upstream(stats: &ServerStats, also: impl Fn(&ServerStats) -> bool) {
+    assert!(
+        stats
+            .wait_until(
+                |s| s.cancellations().len() == 1 && s.sessions_live() == 0 && also(s),
+                Duration::from_secs(5)
+            )
+            .await,
+        "cancellations {:?}, live {}",
+        stats.cancellations(),
+        stats.sessions_live()
+    );
 }
 
 /// The value of a metric sample line, e.g. `mrtr_gateway_requests_total{method="tools/call",outcome="complete"}`.
