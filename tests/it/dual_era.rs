@@ -9,24 +9,13 @@ use crate::support::procs::{remote_metric, spawn_gateway};
 use crate::support::round_robin::RoundRobin;
 use crate::support::*;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use http::{HeaderMap, HeaderValue, Method};
 use mrtr_testkit::client::{Exchange, ModernClient};
 use mrtr_testkit::legacy_server::Handlers;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(10);
 const ROOTS: &str = "file:///tmp/project-a,file:///tmp/project-b";
-
-fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (k, v) in pairs {
-        h.insert(
-            HeaderName::from_bytes(k.as_bytes()).unwrap(),
-            HeaderValue::from_str(v).unwrap(),
-        );
-    }
-    h
-}
 
 fn initialize() -> Bytes {
     Bytes::from(

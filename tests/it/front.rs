@@ -4,7 +4,7 @@
 
 use crate::support::*;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use http::{HeaderMap, Method};
 use mrtr_testkit::client::{Exchange, ModernClient};
 use mrtr_testkit::legacy_server::Handlers;
 use serde_json::{Value, json};
@@ -116,17 +116,6 @@ async fn oversize_bodies_get_413_and_are_counted() {
         1.0
     );
     env.stop().await;
-}
-
-fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (k, v) in pairs {
-        h.insert(
-            HeaderName::from_bytes(k.as_bytes()).unwrap(),
-            HeaderValue::from_str(v).unwrap(),
-        );
-    }
-    h
 }
 
 #[tokio::test]

@@ -9,9 +9,9 @@
 //! line from a log subscriber scoped to the test. The in-repo scripted server covers a URL
 //! elicitation on the standalone GET stream.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use crate::support::logs::LogBuffer;
 use crate::support::peers::PyLegacyServer;
 use crate::support::*;
 use mrtr_gateway::front::listener::Running;
@@ -471,33 +471,10 @@ async fn a_refused_question_behaves_the_same_in_a_parked_and_a_replayed_call() {
     legacy.kill().await;
 }
 
-/// A log subscriber for this test only: text lines into a buffer.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-}
-
 /// Runs on the test's single thread, so the thread-local subscriber sees every task.
 #[tokio::test(flavor = "current_thread")]
 async fn a_refusal_is_logged_with_request_id_tool_kind_reason_and_only_scheme_and_host() {
-    let logs = Captured::default();
+    let logs = LogBuffer::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(false)

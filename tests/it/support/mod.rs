@@ -34,6 +34,7 @@ pub use peers::tempdir::TempDir;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::{HeaderMap, HeaderName, HeaderValue};
 use mrtr_gateway::config::Config;
 use mrtr_gateway::front::listener::{self, Running};
 use mrtr_gateway::gateway::Gateway;
@@ -205,6 +206,18 @@ pub async fn greet_flow(c: &ModernClient, max_rounds: u32) -> (Vec<Round>, Excha
     )
     .await
     .expect("the greet flow runs")
+}
+
+/// A header map of `pairs` (names and values as given).
+pub fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (k, v) in pairs {
+        h.insert(
+            HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    h
 }
 
 /// A one-field form schema.
