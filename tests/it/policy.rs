@@ -113,6 +113,13 @@ fn complete_text(ex: &Exchange) -> String {
     text(r)
 }
 
+/// [`complete_text`], asserting that it begins with `prefix` (the failure shows it whole).
+fn complete_text_starting(ex: &Exchange, prefix: &str) -> String {
+    let text = complete_text(ex);
+    assert!(text.starts_with(prefix), "{text}");
+    text
+}
+
 /// The only `inputRequests` entry of an `input_required` result.
 fn only_question(ex: &Exchange) -> Value {
     assert_eq!(ex.result_type(), Some("input_required"), "{:?}", ex.message);
@@ -264,11 +271,7 @@ async fn rules_refuse_elicitation_and_sampling_per_tool() {
     assert_eq!(s.refusals("elicitation_form", "kind_not_allowed"), 1.0);
 
     let ex = s.call("sample_big", json!({})).await;
-    let text = complete_text(&ex);
-    assert!(
-        text.starts_with("sampling error -1: refused by the gateway's policy"),
-        "{text}"
-    );
+    complete_text_starting(&ex, "sampling error -1: refused by the gateway's policy");
     assert_eq!(s.refusals("sampling", "kind_not_allowed"), 1.0);
 
     // A tool no rule names may still ask.
@@ -307,10 +310,9 @@ async fn malformed_questions_never_reach_the_client() {
 
     // The case: no `message` and a nested form schema. The server gets -32602.
     let ex = s.call("malformed_elicit", json!({})).await;
-    let text = complete_text(&ex);
-    assert!(
-        text.starts_with("malformed: error -32602: mrtr-gateway refused a malformed request"),
-        "{text}"
+    complete_text_starting(
+        &ex,
+        "malformed: error -32602: mrtr-gateway refused a malformed request",
     );
     assert_eq!(s.refusals("elicitation_form", "malformed"), 1.0);
 
@@ -591,11 +593,7 @@ async fn questions_on_the_standalone_get_stream_are_reviewed_too() {
         .request("tools/call", json!({"name": "get_stream_asks"}))
         .await
         .unwrap();
-    let text = complete_text(&ex);
-    assert!(
-        text.starts_with("url {\"action\":\"decline\"} | sampling "),
-        "{text}"
-    );
+    let text = complete_text_starting(&ex, "url {\"action\":\"decline\"} | sampling ");
     assert!(text.contains("refused by the gateway's policy"), "{text}");
     assert_metric!(
         &env.gw,

@@ -28,6 +28,12 @@ async fn first_round(url: &str) -> Value {
     r.result().unwrap().clone()
 }
 
+/// Retries `first` at `url` and asserts the counter flow completed with its answer, 42.
+async fn retry_answers_42(url: &str, first: &Value) {
+    let done = retry(url, first).await;
+    assert_eq!(text(done.result().unwrap()), "42", "{:?}", done.message);
+}
+
 async fn retry(url: &str, first: &Value) -> mrtr_testkit::client::Exchange {
     let key = input_key(first);
     ModernClient::new(url)
@@ -50,8 +56,7 @@ async fn any_replica_completes_and_parking_saves_re_execution() {
 
     // Retried on the replica that parked it: the tool body ran once.
     let first = first_round(&url_a).await;
-    let done = retry(&url_a, &first).await;
-    assert_eq!(text(done.result().unwrap()), "42");
+    retry_answers_42(&url_a, &first).await;
     assert_eq!(legacy.starts(COUNTER), 1, "resumed, not re-executed");
     assert_eq!(
         remote_metric(admin_a, "mrtr_gateway_retries_total", &[("path", "parked")]).await,
@@ -60,8 +65,7 @@ async fn any_replica_completes_and_parking_saves_re_execution() {
 
     // Retried on the other replica: B never saw round 1, and completes by replay (twice in all).
     let first = first_round(&url_a).await;
-    let done = retry(&url_b, &first).await;
-    assert_eq!(text(done.result().unwrap()), "42", "{:?}", done.message);
+    retry_answers_42(&url_b, &first).await;
     assert_eq!(
         legacy.starts(COUNTER),
         3,
@@ -122,8 +126,7 @@ async fn park_only_never_re_executes_on_another_replica() {
         "the tool body ran once, for round 1 only"
     );
     // On its own replica it still resumes.
-    let done = retry(&url_c, &first).await;
-    assert_eq!(text(done.result().unwrap()), "42");
+    retry_answers_42(&url_c, &first).await;
     assert_eq!(legacy.starts(COUNTER), 1);
 }
 
@@ -140,8 +143,7 @@ async fn a_replica_killed_between_rounds_does_not_lose_the_call() {
         .status()
         .unwrap();
     let _ = a.wait().await;
-    let done = retry(&url_b, &first).await;
-    assert_eq!(text(done.result().unwrap()), "42", "{:?}", done.message);
+    retry_answers_42(&url_b, &first).await;
 }
 
 #[tokio::test]
@@ -153,8 +155,7 @@ async fn a_legacy_backend_restarted_between_rounds_completes_by_replay() {
     legacy.kill().await;
     let legacy = PyLegacyServer::start_on(port, &[]).await;
     assert_eq!(legacy.port, port);
-    let done = retry(&url, &first).await;
-    assert_eq!(text(done.result().unwrap()), "42", "{:?}", done.message);
+    retry_answers_42(&url, &first).await;
     assert_eq!(
         legacy.starts(COUNTER),
         1,
