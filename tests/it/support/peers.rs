@@ -85,6 +85,17 @@ pub mod tempdir {
     }
 }
 
+/// Spawns a peer server that reports where it listens on stdout: no stdin, stdout piped back
+/// to the test, stderr to `stderr`, killed when dropped. Panics with `what` if it cannot start.
+fn spawn_reporting(cmd: &mut Command, stderr: Stdio, what: &str) -> Child {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .expect(what)
+}
+
 impl PyLegacyServer {
     /// Starts `legacy_server.py` on a free loopback port (`extra` are more CLI flags).
     pub async fn start(extra: &[&str]) -> PyLegacyServer {
@@ -94,18 +105,16 @@ impl PyLegacyServer {
     pub async fn start_on(port: u16, extra: &[&str]) -> PyLegacyServer {
         let dir = tempdir::TempDir::new("mrtr-peer");
         let count_file = dir.path().join("counts");
-        let mut child = Command::new(legacy_python())
-            .arg(repo().join("tests/peers/legacy_server.py"))
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .arg("--count-file")
-            .arg(&count_file)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the legacy Python server starts");
+        let mut child = spawn_reporting(
+            Command::new(legacy_python())
+                .arg(repo().join("tests/peers/legacy_server.py"))
+                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                .arg("--count-file")
+                .arg(&count_file)
+                .args(extra),
+            Stdio::inherit(),
+            "the legacy Python server starts",
+        );
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
         let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
@@ -275,18 +284,16 @@ pub fn everything_entry() -> PathBuf {
 
 impl EverythingServer {
     pub async fn start() -> EverythingServer {
-        let mut child = Command::new("node")
-            .arg("--import")
-            .arg(repo().join("tests/peers/ts/loopback.mjs"))
-            .arg(everything_entry())
-            .arg("streamableHttp")
-            .env("PORT", "0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("node runs the everything server");
+        let mut child = spawn_reporting(
+            Command::new("node")
+                .arg("--import")
+                .arg(repo().join("tests/peers/ts/loopback.mjs"))
+                .arg(everything_entry())
+                .arg("streamableHttp")
+                .env("PORT", "0"),
+            Stdio::null(),
+            "node runs the everything server",
+        );
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let port = tokio::time::timeout(Duration::from_secs(60), async {
             while let Some(line) = lines.next_line().await.expect("server stdout") {
