@@ -13,6 +13,7 @@
 //!
 //! (`initialize` sent as a 2026-07-28 request, issue 11's last point, is in `front.rs`.)
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::peers::{
@@ -20,6 +21,8 @@ use crate::support::peers::{
 };
 use crate::support::*;
 use http::HeaderValue;
+use mrtr_gateway::front::listener::Running;
+use mrtr_gateway::gateway::Gateway;
 use mrtr_testkit::client::{ClientError, EventStream, ModernClient};
 use mrtr_testkit::legacy_server::{CredentialView, Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
@@ -343,6 +346,20 @@ fn with_header(url: &str, pairs: &[(&'static str, &str)]) -> ModernClient {
     c
 }
 
+/// A gateway in front of `legacy` that forwards each caller's own token, and two callers:
+/// alice and bob, with bearer tokens `alice-token` and `bob-token`. The caller keeps the
+/// gateway handle for the whole test: dropping the last one starts the gateway's drain, and a
+/// draining gateway turns listen streams away.
+async fn forwarding_gateway(
+    legacy: &LegacyServer,
+) -> (Arc<Gateway>, Running, ModernClient, ModernClient) {
+    let extra = "[auth]\nupstream_credentials = \"forward\"\n";
+    let (gw, running, url) = start_gateway(config(&legacy.url(), "", "", extra)).await;
+    let alice = with_header(&url, &[("authorization", "Bearer alice-token")]);
+    let bob = with_header(&url, &[("authorization", "Bearer bob-token")]);
+    (gw, running, alice, bob)
+}
+
 async fn discover(c: &ModernClient) -> Value {
     let d = c.request("server/discover", json!({})).await.unwrap();
     d.result()
@@ -357,15 +374,7 @@ async fn discover(c: &ModernClient) -> Value {
 #[tokio::test]
 async fn discover_and_routing_follow_the_callers_own_forwarded_token() {
     let legacy = per_token_server().await;
-    let (_gw, running, url) = start_gateway(config(
-        &legacy.url(),
-        "",
-        "",
-        "[auth]\nupstream_credentials = \"forward\"\n",
-    ))
-    .await;
-    let alice = with_header(&url, &[("authorization", "Bearer alice-token")]);
-    let bob = with_header(&url, &[("authorization", "Bearer bob-token")]);
+    let (_gw, running, alice, bob) = forwarding_gateway(&legacy).await;
     check_per_caller_views(&alice, &bob).await;
     running.stop().await;
     legacy.shutdown().await;
@@ -447,6 +456,20 @@ async fn discover_keeps_the_configured_scope_when_callers_cannot_differ() {
 
 // ----- 4. notifications relayed to the listen streams of their caller only -----------------
 
+/// A legacy server announcing tool and resource list changes, with [`notifying_handlers`].
+async fn notifying_server() -> LegacyServer {
+    LegacyServer::start(
+        LegacyServerConfig {
+            capabilities: Some(json!({"tools": {"listChanged": true},
+                                      "resources": {"listChanged": true}})),
+            ..Default::default()
+        },
+        notifying_handlers(),
+    )
+    .await
+    .unwrap()
+}
+
 fn notifying_handlers() -> Handlers {
     Handlers::new().tool(
         "change",
@@ -505,16 +528,7 @@ async fn only_the_caller_hears(alice: &ModernClient, bob: &ModernClient) {
 /// stream gets both, bob's (another principal) neither.
 #[tokio::test]
 async fn a_change_heard_on_one_principals_session_reaches_only_that_principals_streams() {
-    let legacy = LegacyServer::start(
-        LegacyServerConfig {
-            capabilities: Some(json!({"tools": {"listChanged": true},
-                                      "resources": {"listChanged": true}})),
-            ..Default::default()
-        },
-        notifying_handlers(),
-    )
-    .await
-    .unwrap();
+    let legacy = notifying_server().await;
     let (_gw, running, url) =
         start_gateway(config(&legacy.url(), "", "", "[auth]\nmode = \"header\"\n")).await;
     let alice = with_header(&url, &[("x-authenticated-user", "alice")]);
@@ -527,25 +541,8 @@ async fn a_change_heard_on_one_principals_session_reaches_only_that_principals_s
 /// The same for one principal forwarding two credentials: the credential is part of the scope.
 #[tokio::test]
 async fn a_change_heard_under_one_forwarded_token_stays_with_that_token() {
-    let legacy = LegacyServer::start(
-        LegacyServerConfig {
-            capabilities: Some(json!({"tools": {"listChanged": true},
-                                      "resources": {"listChanged": true}})),
-            ..Default::default()
-        },
-        notifying_handlers(),
-    )
-    .await
-    .unwrap();
-    let (_gw, running, url) = start_gateway(config(
-        &legacy.url(),
-        "",
-        "",
-        "[auth]\nupstream_credentials = \"forward\"\n",
-    ))
-    .await;
-    let alice = with_header(&url, &[("authorization", "Bearer alice-token")]);
-    let bob = with_header(&url, &[("authorization", "Bearer bob-token")]);
+    let legacy = notifying_server().await;
+    let (_gw, running, alice, bob) = forwarding_gateway(&legacy).await;
     only_the_caller_hears(&alice, &bob).await;
     running.stop().await;
     legacy.shutdown().await;
