@@ -11,42 +11,10 @@ use mrtr_testkit::legacy_server::{
 };
 use serde_json::{Value, json};
 
-fn greet_handlers() -> Handlers {
-    Handlers::new().tool(
-        "greet",
-        "asks a name",
-        json!({"type": "object"}),
-        |ctx, _| async move {
-            let a = ctx.elicit_form("What is your name?", form("name")).await?;
-            Ok(tool_text(format!(
-                "Hello, {}!",
-                a["content"]["name"].as_str().unwrap_or("?")
-            )))
-        },
-    )
-}
-
-async fn greet_flow(
-    env: &Env,
-) -> (
-    Vec<mrtr_testkit::client::Round>,
-    mrtr_testkit::client::Exchange,
-) {
-    env.client()
-        .call_with_input(
-            "tools/call",
-            json!({"name": "greet", "arguments": {}}),
-            &mut answer,
-            8,
-        )
-        .await
-        .expect("the flow runs")
-}
-
 #[tokio::test]
 async fn one_elicitation_round_then_complete() {
     let env = env(greet_handlers()).await;
-    let (rounds, last) = greet_flow(&env).await;
+    let (rounds, last) = greet_flow(&env.client(), 8).await;
     assert_eq!(rounds.len(), 1);
     let r1 = &rounds[0];
     assert_eq!(r1.input_requests.len(), 1);
@@ -108,29 +76,18 @@ const REPLAY: &str = "[parking]\ndefault_policy = \"replay\"\n";
 #[tokio::test]
 async fn without_parking_every_round_replays_the_tool() {
     let env = env_with(LegacyServerConfig::default(), greet_handlers(), "", REPLAY).await;
-    let (rounds, last) = greet_flow(&env).await;
+    let (rounds, last) = greet_flow(&env.client(), 8).await;
     assert_eq!(rounds.len(), 1);
     assert_eq!(text(last.result().unwrap()), "Hello, name-answer!");
     assert_eq!(env.legacy.stats().tool_starts("greet"), 2);
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_retries_total",
-            &[("path", "replayed")]
-        ),
-        1.0
-    );
+    assert_metric!(&env.gw, "retries_total", &[("path", "replayed")], 1.0);
     env.stop().await;
 }
 
 #[tokio::test]
 async fn the_legacy_call_is_cancelled_and_its_session_deleted_when_input_is_required() {
     let env = env_with(LegacyServerConfig::default(), greet_handlers(), "", REPLAY).await;
-    let first = env
-        .client()
-        .request("tools/call", json!({"name": "greet", "arguments": {}}))
-        .await
-        .unwrap();
+    let first = call_tool(&env.client(), "greet").await;
     assert_eq!(first.result_type(), Some("input_required"));
     let stats = env.legacy.stats_handle();
     assert!(
@@ -166,7 +123,7 @@ async fn server_request_ids_are_their_own_id_space() {
         ..Default::default()
     };
     let env = env_with(cfg, greet_handlers(), "", "").await;
-    let (rounds, last) = greet_flow(&env).await;
+    let (rounds, last) = greet_flow(&env.client(), 8).await;
     assert_eq!(rounds.len(), 1);
     assert_eq!(text(last.result().unwrap()), "Hello, name-answer!");
     let stats = env.legacy.stats();
@@ -309,12 +266,10 @@ async fn a_server_that_asks_something_new_every_time_ends_at_max_rounds() {
         msg.contains("tool \"restless\"") && msg.contains("state.max_rounds"),
         "{msg}"
     );
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_max_rounds_exceeded_total",
-            &[("method", "tools/call")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "max_rounds_exceeded_total",
+        &[("method", "tools/call")],
         1.0
     );
     env.stop().await;
@@ -366,10 +321,7 @@ async fn a_session_lost_before_the_call_is_reinitialized_once() {
     let c = env.client();
     let inits_before = env.legacy.stats().count_method("initialize");
     env.legacy.faults().expire_session_before("tools/call");
-    let r = c
-        .request("tools/call", json!({"name": "add", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(&c, "add").await;
     assert_eq!(text(r.result().unwrap()), "ok", "{:?}", r.message);
     let stats = env.legacy.stats();
     assert_eq!(
@@ -390,7 +342,7 @@ async fn both_sse_framings_are_understood() {
             ..Default::default()
         };
         let env = env_with(cfg, greet_handlers(), "", "").await;
-        let (rounds, last) = greet_flow(&env).await;
+        let (rounds, last) = greet_flow(&env.client(), 8).await;
         assert_eq!(rounds.len(), 1, "{framing:?}");
         assert_eq!(
             text(last.result().unwrap()),
@@ -405,21 +357,12 @@ async fn both_sse_framings_are_understood() {
 async fn an_unanswered_question_is_asked_again() {
     let env = env(greet_handlers()).await;
     let c = env.client();
-    let first = c
-        .request("tools/call", json!({"name": "greet", "arguments": {}}))
-        .await
-        .unwrap();
+    let first = call_tool(&c, "greet").await;
     let state = first.result().unwrap()["requestState"]
         .as_str()
         .unwrap()
         .to_string();
-    let key = first.result().unwrap()["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = input_key(first.result().unwrap());
     // The retry carries the state but no answer (and an unrelated extra key, which is ignored).
     let again = c
         .request(
@@ -437,18 +380,9 @@ async fn an_unanswered_question_is_asked_again() {
 async fn an_invalid_answer_is_refused_naming_its_key_before_anything_reaches_the_server() {
     let env = env(greet_handlers()).await;
     let c = env.client();
-    let first = c
-        .request("tools/call", json!({"name": "greet", "arguments": {}}))
-        .await
-        .unwrap();
+    let first = call_tool(&c, "greet").await;
     let res = first.result().unwrap();
-    let key = res["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = input_key(res);
     let state = res["requestState"].clone();
     env.legacy
         .stats()
@@ -497,10 +431,7 @@ async fn answers_sent_before_they_are_asked_are_used() {
     );
     let env = env(h).await;
     let c = env.client();
-    let r1 = c
-        .request("tools/call", json!({"name": "named", "arguments": {}}))
-        .await
-        .unwrap();
+    let r1 = call_tool(&c, "named").await;
     let keys: Vec<&String> = r1.result().unwrap()["inputRequests"]
         .as_object()
         .unwrap()
@@ -529,10 +460,7 @@ async fn answers_sent_before_they_are_asked_are_used() {
 async fn a_question_the_client_cannot_answer_is_a_missing_capability() {
     let env = env(greet_handlers()).await;
     let c = env.client().with_capabilities(json!({"sampling": {}}));
-    let r = c
-        .request("tools/call", json!({"name": "greet", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(&c, "greet").await;
     assert_eq!(r.status, 400);
     assert_eq!(r.error_code(), Some(-32021));
     assert_eq!(
@@ -590,18 +518,12 @@ async fn progress_streams_over_sse_and_logs_follow_the_requested_level() {
             .all(|n| n["params"]["progressToken"] == "p1")
     );
     assert_eq!(text(r.result().unwrap()), "done");
-    let quiet = c
-        .request("tools/call", json!({"name": "slow", "arguments": {}}))
-        .await
-        .unwrap();
+    let quiet = call_tool(&c, "slow").await;
     assert!(
         !quiet.streamed,
         "nothing to stream without a progress token"
     );
-    let no_logs = c
-        .request("tools/call", json!({"name": "chatty", "arguments": {}}))
-        .await
-        .unwrap();
+    let no_logs = call_tool(&c, "chatty").await;
     assert!(no_logs.notifications.is_empty() && !no_logs.streamed);
     let logs = c
         .request(
@@ -638,23 +560,15 @@ async fn a_client_that_goes_away_cancels_the_legacy_call() {
         .await;
     assert!(r.is_err(), "the client gave up");
     let stats = env.legacy.stats_handle();
+    assert_cancelled_upstream(&stats, |_| true).await;
     assert!(
-        stats
-            .wait_until(
-                |s| s.cancellations().len() == 1 && s.sessions_live() == 0,
-                Duration::from_secs(5)
-            )
-            .await,
-        "cancellations {:?}, live {}",
-        stats.cancellations(),
-        stats.sessions_live()
-    );
-    assert!(
-        eventually(Duration::from_secs(2), || metric(
+        metric_reaches(
             &env.gw,
             "mrtr_gateway_active_requests",
-            &[]
-        ) == 0.0)
+            &[],
+            0.0,
+            Duration::from_secs(2)
+        )
         .await
     );
     env.stop().await;
@@ -721,7 +635,7 @@ async fn a_2025_06_18_server_gets_legacy_shapes_and_its_elicitations_become_form
         .await
         .unwrap();
     assert!(l0.result().is_some(), "{:?}", l0.message);
-    let (rounds, last) = greet_flow(&env).await;
+    let (rounds, last) = greet_flow(&env.client(), 8).await;
     assert_eq!(
         rounds[0].input_requests.values().next().unwrap()["params"]["mode"],
         "form"
@@ -854,10 +768,7 @@ async fn url_mode_elicitation_becomes_a_url_input_request_only_when_declared() {
     );
 
     let form_only = env.client().with_capabilities(json!({"elicitation": {}}));
-    let r = form_only
-        .request("tools/call", json!({"name": "link", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(&form_only, "link").await;
     assert_eq!(r.error_code(), Some(-32021));
     assert_eq!(
         r.error().unwrap()["data"]["requiredCapabilities"],
@@ -891,10 +802,7 @@ async fn legacy_error_32042_becomes_an_input_required_round_and_never_reaches_th
 
     // Without elicitation.url the client is told what it lacks.
     let form_only = env.client().with_capabilities(json!({"elicitation": {}}));
-    let r = form_only
-        .request("tools/call", json!({"name": "needs_url", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(&form_only, "needs_url").await;
     assert_eq!(r.error_code(), Some(-32021), "{:?}", r.message);
     assert_eq!(
         r.error().unwrap()["data"]["requiredCapabilities"],

@@ -131,14 +131,7 @@ async fn an_upstream_error_body_and_its_url_stay_in_the_log() {
 async fn printed_and_logged_config_hides_url_userinfo() {
     let dir = crate::support::peers::tempdir::TempDir::new("mrtr-redaction");
     let path = dir.path().join("g.toml");
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (port, upstream_port) = (free(), free());
+    let (port, upstream_port) = (free_port(), free_port());
     std::fs::write(
         &path,
         format!(

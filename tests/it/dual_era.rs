@@ -9,24 +9,13 @@ use crate::support::procs::{remote_metric, spawn_gateway};
 use crate::support::round_robin::RoundRobin;
 use crate::support::*;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use http::{HeaderMap, HeaderValue, Method};
 use mrtr_testkit::client::{Exchange, ModernClient};
 use mrtr_testkit::legacy_server::Handlers;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(10);
 const ROOTS: &str = "file:///tmp/project-a,file:///tmp/project-b";
-
-fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (k, v) in pairs {
-        h.insert(
-            HeaderName::from_bytes(k.as_bytes()).unwrap(),
-            HeaderValue::from_str(v).unwrap(),
-        );
-    }
-    h
-}
 
 fn initialize() -> Bytes {
     Bytes::from(
@@ -175,12 +164,10 @@ async fn sealed_session_ids_carry_a_raw_legacy_session_and_forgeries_get_404() {
         calls_before,
         "nothing forged reached the legacy server"
     );
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "legacy_session_unknown")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "rejections_total",
+        &[("reason", "legacy_session_unknown")],
         4.0
     );
 
@@ -253,12 +240,10 @@ async fn a_session_id_works_only_for_the_principal_it_was_issued_to() {
     assert_eq!(post(None).await.unwrap().status.as_u16(), 401);
     let ok = post(Some("alice")).await.unwrap();
     assert_eq!(ok.status.as_u16(), 200, "{:?}", ok.message);
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "legacy_session_wrong_principal")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "rejections_total",
+        &[("reason", "legacy_session_wrong_principal")],
         1.0
     );
     env.stop().await;
@@ -315,12 +300,10 @@ async fn the_python_legacy_client_gets_its_server_requests_through_the_gateway()
         );
         assert_eq!(report["protocolVersion"], "2025-11-25");
     }
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_legacy_passthrough_total",
-            &[("kind", "initialize")]
-        ),
+    assert_metric!(
+        &gw,
+        "legacy_passthrough_total",
+        &[("kind", "initialize")],
         4.0
     );
     assert_eq!(

@@ -75,13 +75,8 @@ async fn fault_env_with(server: LegacyServerConfig, h: Handlers, u: Upstream) ->
     let legacy = LegacyServer::start(server, with_echo(h))
         .await
         .expect("legacy server starts");
-    let (gw, running, url) = start_gateway(fault_config(&legacy.url(), u)).await;
-    let env = Env {
-        legacy,
-        gw,
-        running,
-        url,
-    };
+    let cfg = fault_config(&legacy.url(), u);
+    let env = Env::start(legacy, cfg).await;
     // Warm the discover cache so a failing `initialize` hits the call, not routing.
     healthy(&env).await;
     env
@@ -202,12 +197,10 @@ async fn a_failing_initialize_is_a_502_naming_it() {
         );
     })
     .await;
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_legacy_sessions_failed_total",
-            &[("reason", "upstream_initialize_failed")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "legacy_sessions_failed_total",
+        &[("reason", "upstream_initialize_failed")],
         3.0
     );
     env.stop().await;
@@ -242,12 +235,10 @@ async fn an_event_over_max_event_bytes_breaks_the_call_with_a_502() {
         assert_upstream_error(&ex, 502, "without a response", Some("exceeded 16384 bytes"));
     })
     .await;
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "upstream_stream_broken"), ("fault", "upstream")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "rejections_total",
+        &[("reason", "upstream_stream_broken"), ("fault", "upstream")],
         3.0
     );
     env.stop().await;
@@ -352,12 +343,10 @@ async fn a_hang_past_call_timeout_is_a_504() {
         assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     })
     .await;
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "call_timeout")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "rejections_total",
+        &[("reason", "call_timeout")],
         3.0
     );
     env.stop().await;
@@ -525,12 +514,10 @@ async fn a_parked_call_whose_server_dies_is_evicted_and_its_retry_replays() {
             })
             .await
         );
-        assert_eq!(
-            metric(
-                &gw,
-                "mrtr_gateway_parked_evictions_total",
-                &[("reason", "stream_ended")]
-            ),
+        assert_metric!(
+            &gw,
+            "parked_evictions_total",
+            &[("reason", "stream_ended")],
             i as f64 + 1.0
         );
         legacy = legacy_on(addr, h.clone()).await;
@@ -754,32 +741,26 @@ async fn an_answer_too_large_for_the_next_state_is_a_client_fault_naming_the_lim
     );
     assert_eq!(error["data"]["limit"], "state.max_bytes");
     assert_eq!(error["data"]["key"], key.as_str());
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "input_response_too_large"), ("fault", "client")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "rejections_total",
+        &[("reason", "input_response_too_large"), ("fault", "client")],
         1.0
     );
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "state_max_bytes")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "limit_hits_total",
+        &[("limit", "state_max_bytes")],
         1.0
     );
     // A duplicate gets the same answer, and it is still the client's fault.
     let again = c.request("tools/call", retry).await.unwrap();
     assert_eq!(again.status.as_u16(), 413, "{:?}", again.message);
     assert_eq!(again.error(), refused.error());
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "duplicate_of_error"), ("fault", "client")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "rejections_total",
+        &[("reason", "duplicate_of_error"), ("fault", "client")],
         1.0
     );
     for fault in ["internal", "upstream"] {
@@ -927,12 +908,10 @@ async fn legacy_errors_about_the_request_count_as_client_faults() {
     let broken = call(&env, "broken", json!({"arguments": {}})).await;
     assert_eq!(broken.error_code(), Some(-32603), "{:?}", broken.message);
     for fault in ["client", "upstream"] {
-        assert_eq!(
-            metric(
-                &env.gw,
-                "mrtr_gateway_rejections_total",
-                &[("reason", "legacy_error"), ("fault", fault)]
-            ),
+        assert_metric!(
+            &env.gw,
+            "rejections_total",
+            &[("reason", "legacy_error"), ("fault", fault)],
             1.0,
             "{fault}"
         );

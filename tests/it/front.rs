@@ -4,7 +4,7 @@
 
 use crate::support::*;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use http::{HeaderMap, Method};
 use mrtr_testkit::client::{Exchange, ModernClient};
 use mrtr_testkit::legacy_server::Handlers;
 use serde_json::{Value, json};
@@ -109,26 +109,13 @@ async fn oversize_bodies_get_413_and_are_counted() {
         .await
         .unwrap();
     assert_rpc_error(&ex, 413, -32600, Value::Null);
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "max_body_bytes")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "limit_hits_total",
+        &[("limit", "max_body_bytes")],
         1.0
     );
     env.stop().await;
-}
-
-fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (k, v) in pairs {
-        h.insert(
-            HeaderName::from_bytes(k.as_bytes()).unwrap(),
-            HeaderValue::from_str(v).unwrap(),
-        );
-    }
-    h
 }
 
 #[tokio::test]
@@ -272,12 +259,8 @@ async fn every_result_is_typed_and_stamped() {
 
 #[tokio::test]
 async fn an_unreachable_legacy_server_is_a_clear_upstream_error() {
-    // Bind and drop a listener to get a port with nothing behind it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port that was bound and let go has nothing behind it.
+    let port = free_port();
     let cfg = config(&format!("http://127.0.0.1:{port}/mcp"), "", "", "");
     let (gw, running, url) = start_gateway(cfg).await;
     let ex = ModernClient::new(&url)
@@ -296,12 +279,10 @@ async fn an_unreachable_legacy_server_is_a_clear_upstream_error() {
         ex.error().unwrap(),
         "cannot reach the legacy server",
     );
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_legacy_sessions_failed_total",
-            &[("reason", "upstream_unreachable")]
-        ),
+    assert_metric!(
+        &gw,
+        "legacy_sessions_failed_total",
+        &[("reason", "upstream_unreachable")],
         1.0
     );
     running.stop().await;
@@ -318,14 +299,12 @@ async fn a_legacy_initialize_takes_the_legacy_path() {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
                       "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                                  "clientInfo": {"name": "c", "version": "1"}}});
-    let ex = c
-        .send_raw(
-            Method::POST,
-            headers(&[("mcp-protocol-version", "2025-11-25")]),
-            serde_json::to_vec(&body).unwrap().into(),
-        )
-        .await
-        .unwrap();
+    let ex = post(
+        &c,
+        headers(&[("mcp-protocol-version", "2025-11-25")]),
+        &body,
+    )
+    .await;
     assert_eq!(ex.status.as_u16(), 200, "{:?}", ex.message);
     assert_eq!(ex.result().unwrap()["protocolVersion"], "2025-11-25");
     let sealed = ex.headers.get("mcp-session-id").unwrap().to_str().unwrap();
@@ -355,14 +334,7 @@ async fn initialize_as_a_2026_request_is_method_not_found() {
 
     // Only the header (a legacy-shaped body).
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": legacy_params});
-    let ex = c
-        .send_raw(
-            Method::POST,
-            ModernClient::routing_headers(&body),
-            serde_json::to_vec(&body).unwrap().into(),
-        )
-        .await
-        .unwrap();
+    let ex = post(&c, ModernClient::routing_headers(&body), &body).await;
     assert_eq!(ex.status.as_u16(), 404, "{:?}", ex.message);
     assert_eq!(ex.error_code(), Some(-32601));
 
@@ -370,14 +342,7 @@ async fn initialize_as_a_2026_request_is_method_not_found() {
     let mut params = legacy_params.clone();
     params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"});
     let body = json!({"jsonrpc": "2.0", "id": 8, "method": "initialize", "params": params});
-    let ex = c
-        .send_raw(
-            Method::POST,
-            HeaderMap::new(),
-            serde_json::to_vec(&body).unwrap().into(),
-        )
-        .await
-        .unwrap();
+    let ex = post(&c, HeaderMap::new(), &body).await;
     assert_eq!(ex.status.as_u16(), 404, "{:?}", ex.message);
     assert_eq!(ex.error_code(), Some(-32601));
     assert!(
@@ -387,14 +352,7 @@ async fn initialize_as_a_2026_request_is_method_not_found() {
 
     // A legacy client's initialize (no 2026-07-28 anywhere) is passed through as before.
     let body = json!({"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": legacy_params});
-    let ex = c
-        .send_raw(
-            Method::POST,
-            HeaderMap::new(),
-            serde_json::to_vec(&body).unwrap().into(),
-        )
-        .await
-        .unwrap();
+    let ex = post(&c, HeaderMap::new(), &body).await;
     assert_eq!(ex.status.as_u16(), 200, "{:?}", ex.message);
     assert_eq!(ex.result().unwrap()["protocolVersion"], "2025-11-25");
     assert_eq!(env.legacy.session_ids().len(), 1);

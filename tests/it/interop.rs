@@ -4,7 +4,7 @@
 //! client drives the rounds itself and checks every round's shape.
 
 use crate::support::peers::{
-    PyLegacyServer, assert_ok, input_rounds, modern_scenario, result_text,
+    PyLegacyServer, assert_ok, input_rounds, modern_scenario, progress_values, result_text,
 };
 use crate::support::*;
 use serde_json::Value;
@@ -176,13 +176,7 @@ async fn progress_notifications_reach_the_client() {
     let r = it.run("progress_task", &[]).await;
     assert_ok(&r);
     assert_eq!(result_text(&r), "done 3");
-    let progress: Vec<f64> = r["progress"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["progress"].as_f64().unwrap())
-        .collect();
-    assert_eq!(progress, vec![1.0, 2.0, 3.0]);
+    assert_eq!(progress_values(&r), vec![1.0, 2.0, 3.0]);
     it.stop().await;
 }
 

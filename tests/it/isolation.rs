@@ -13,6 +13,7 @@
 //!
 //! (`initialize` sent as a 2026-07-28 request, issue 11's last point, is in `front.rs`.)
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::peers::{
@@ -20,6 +21,8 @@ use crate::support::peers::{
 };
 use crate::support::*;
 use http::HeaderValue;
+use mrtr_gateway::front::listener::Running;
+use mrtr_gateway::gateway::Gateway;
 use mrtr_testkit::client::{ClientError, EventStream, ModernClient};
 use mrtr_testkit::legacy_server::{CredentialView, Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
@@ -89,12 +92,10 @@ async fn a_refused_roots_refresh_never_shows_the_earlier_clients_roots() {
         "bob was shown alice's roots: {bob}"
     );
     assert!(!bob.contains("/srv/bob"), "the policy refuses roots: {bob}");
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_roots_refreshes_total",
-            &[("outcome", "reasked")]
-        ),
+    assert_metric!(
+        &gw,
+        "roots_refreshes_total",
+        &[("outcome", "reasked")],
         1.0,
         "bob's call reused alice's session and the server asked again"
     );
@@ -188,11 +189,7 @@ async fn a_retry_on_a_reused_session_answers_the_refresh_from_the_client_answers
             .unwrap();
         assert!(text(done.result().unwrap()).contains("/srv/alice"));
     }
-    assert!(
-        eventually(WAIT, || metric(&gw, "mrtr_gateway_pool_idle_sessions", &[])
-            == 2.0)
-        .await
-    );
+    assert!(metric_reaches(&gw, "mrtr_gateway_pool_idle_sessions", &[], 2.0, WAIT).await);
 
     // Bob: his first round is the reused session's roots/list (that session is closed); his
     // retry takes the other warm session, whose roots/list is answered from his answers
@@ -213,23 +210,14 @@ async fn a_retry_on_a_reused_session_answers_the_refresh_from_the_client_answers
         "{text}"
     );
     assert_eq!(rounds.len(), 1, "one round: the reused session's question");
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_pool_checkouts_total",
-            &[("result", "hit")]
-        ),
+    assert_metric!(
+        &gw,
+        "pool_checkouts_total",
+        &[("result", "hit")],
         hits + 2.0,
         "both of bob's attempts ran on warm sessions"
     );
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_roots_refreshes_total",
-            &[("outcome", "reasked")]
-        ),
-        2.0
-    );
+    assert_metric!(&gw, "roots_refreshes_total", &[("outcome", "reasked")], 2.0);
     running.stop().await;
     everything.kill().await;
 }
@@ -358,6 +346,20 @@ fn with_header(url: &str, pairs: &[(&'static str, &str)]) -> ModernClient {
     c
 }
 
+/// A gateway in front of `legacy` that forwards each caller's own token, and two callers:
+/// alice and bob, with bearer tokens `alice-token` and `bob-token`. The caller keeps the
+/// gateway handle for the whole test: dropping the last one starts the gateway's drain, and a
+/// draining gateway turns listen streams away.
+async fn forwarding_gateway(
+    legacy: &LegacyServer,
+) -> (Arc<Gateway>, Running, ModernClient, ModernClient) {
+    let extra = "[auth]\nupstream_credentials = \"forward\"\n";
+    let (gw, running, url) = start_gateway(config(&legacy.url(), "", "", extra)).await;
+    let alice = with_header(&url, &[("authorization", "Bearer alice-token")]);
+    let bob = with_header(&url, &[("authorization", "Bearer bob-token")]);
+    (gw, running, alice, bob)
+}
+
 async fn discover(c: &ModernClient) -> Value {
     let d = c.request("server/discover", json!({})).await.unwrap();
     d.result()
@@ -372,15 +374,7 @@ async fn discover(c: &ModernClient) -> Value {
 #[tokio::test]
 async fn discover_and_routing_follow_the_callers_own_forwarded_token() {
     let legacy = per_token_server().await;
-    let (_gw, running, url) = start_gateway(config(
-        &legacy.url(),
-        "",
-        "",
-        "[auth]\nupstream_credentials = \"forward\"\n",
-    ))
-    .await;
-    let alice = with_header(&url, &[("authorization", "Bearer alice-token")]);
-    let bob = with_header(&url, &[("authorization", "Bearer bob-token")]);
+    let (_gw, running, alice, bob) = forwarding_gateway(&legacy).await;
     check_per_caller_views(&alice, &bob).await;
     running.stop().await;
     legacy.shutdown().await;
@@ -437,18 +431,12 @@ async fn check_per_caller_views(alice: &ModernClient, bob: &ModernClient) {
         .unwrap_or_else(|| panic!("alice's tools/list: {:?}", list.message));
     assert_eq!(r["tools"][0]["name"], "t");
     assert_eq!(r["cacheScope"], "private");
-    let call = alice
-        .request("tools/call", json!({"name": "t", "arguments": {}}))
-        .await
-        .unwrap();
+    let call = call_tool(alice, "t").await;
     assert_eq!(text(call.result().unwrap()), "ok");
 
     // And bob's view is still his own.
     assert_eq!(discover(bob).await["instructions"], "instructions for bob");
-    let call = bob
-        .request("tools/call", json!({"name": "t", "arguments": {}}))
-        .await
-        .unwrap();
+    let call = call_tool(bob, "t").await;
     assert_eq!(call.status.as_u16(), 404, "{:?}", call.message);
 }
 
@@ -467,6 +455,20 @@ async fn discover_keeps_the_configured_scope_when_callers_cannot_differ() {
 }
 
 // ----- 4. notifications relayed to the listen streams of their caller only -----------------
+
+/// A legacy server announcing tool and resource list changes, with [`notifying_handlers`].
+async fn notifying_server() -> LegacyServer {
+    LegacyServer::start(
+        LegacyServerConfig {
+            capabilities: Some(json!({"tools": {"listChanged": true},
+                                      "resources": {"listChanged": true}})),
+            ..Default::default()
+        },
+        notifying_handlers(),
+    )
+    .await
+    .unwrap()
+}
 
 fn notifying_handlers() -> Handlers {
     Handlers::new().tool(
@@ -510,10 +512,7 @@ async fn quiet(s: &mut EventStream) -> bool {
 async fn only_the_caller_hears(alice: &ModernClient, bob: &ModernClient) {
     let mut a = listen(alice).await;
     let mut b = listen(bob).await;
-    let r = alice
-        .request("tools/call", json!({"name": "change", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(alice, "change").await;
     assert_eq!(text(r.result().unwrap()), "changed");
     for method in [
         "notifications/tools/list_changed",
@@ -529,16 +528,7 @@ async fn only_the_caller_hears(alice: &ModernClient, bob: &ModernClient) {
 /// stream gets both, bob's (another principal) neither.
 #[tokio::test]
 async fn a_change_heard_on_one_principals_session_reaches_only_that_principals_streams() {
-    let legacy = LegacyServer::start(
-        LegacyServerConfig {
-            capabilities: Some(json!({"tools": {"listChanged": true},
-                                      "resources": {"listChanged": true}})),
-            ..Default::default()
-        },
-        notifying_handlers(),
-    )
-    .await
-    .unwrap();
+    let legacy = notifying_server().await;
     let (_gw, running, url) =
         start_gateway(config(&legacy.url(), "", "", "[auth]\nmode = \"header\"\n")).await;
     let alice = with_header(&url, &[("x-authenticated-user", "alice")]);
@@ -551,25 +541,8 @@ async fn a_change_heard_on_one_principals_session_reaches_only_that_principals_s
 /// The same for one principal forwarding two credentials: the credential is part of the scope.
 #[tokio::test]
 async fn a_change_heard_under_one_forwarded_token_stays_with_that_token() {
-    let legacy = LegacyServer::start(
-        LegacyServerConfig {
-            capabilities: Some(json!({"tools": {"listChanged": true},
-                                      "resources": {"listChanged": true}})),
-            ..Default::default()
-        },
-        notifying_handlers(),
-    )
-    .await
-    .unwrap();
-    let (_gw, running, url) = start_gateway(config(
-        &legacy.url(),
-        "",
-        "",
-        "[auth]\nupstream_credentials = \"forward\"\n",
-    ))
-    .await;
-    let alice = with_header(&url, &[("authorization", "Bearer alice-token")]);
-    let bob = with_header(&url, &[("authorization", "Bearer bob-token")]);
+    let legacy = notifying_server().await;
+    let (_gw, running, alice, bob) = forwarding_gateway(&legacy).await;
     only_the_caller_hears(&alice, &bob).await;
     running.stop().await;
     legacy.shutdown().await;
@@ -677,23 +650,16 @@ async fn warm_up_sessions_carry_the_static_token() {
     ))
     .await;
     assert!(
-        eventually(WAIT, || metric(&gw, "mrtr_gateway_pool_idle_sessions", &[])
-            == 1.0)
-        .await,
+        metric_reaches(&gw, "mrtr_gateway_pool_idle_sessions", &[], 1.0, WAIT).await,
         "the warm-up session opened"
     );
     let c = ModernClient::new(&url).with_capabilities(json!({}));
-    let r = c
-        .request("tools/call", json!({"name": "t", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(&c, "t").await;
     assert_eq!(text(r.result().unwrap()), "ok");
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_pool_checkouts_total",
-            &[("result", "hit")]
-        ),
+    assert_metric!(
+        &gw,
+        "pool_checkouts_total",
+        &[("result", "hit")],
         1.0,
         "served by the warm session"
     );

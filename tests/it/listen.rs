@@ -9,7 +9,7 @@ use crate::support::peers::PyLegacyServer;
 use crate::support::*;
 use bytes::Bytes;
 use http::{HeaderValue, Method};
-use mrtr_testkit::client::{ClientError, EventStream, ModernClient};
+use mrtr_testkit::client::{ClientError, EventStream, Exchange, ModernClient};
 use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig, RpcError};
 use serde_json::{Value, json};
 
@@ -45,6 +45,34 @@ async fn listen(c: &ModernClient, filter: Value) -> EventStream {
     assert_eq!(s.status.as_u16(), 200);
     assert!(s.streamed, "{:?}", s.headers);
     s
+}
+
+/// A `toolsListChanged` stream whose acknowledgement has been read and checked.
+async fn acked_tools_stream(c: &ModernClient) -> EventStream {
+    let mut s = listen(c, json!({"toolsListChanged": true})).await;
+    ack(&mut s).await;
+    s
+}
+
+/// A gateway with `settings` in its `[subscriptions]` section, in front of a server with
+/// one plain tool.
+async fn subscriptions_env(settings: &str) -> Env {
+    let extra = format!("[subscriptions]\n{settings}");
+    env_with(
+        LegacyServerConfig::default(),
+        ok_tool(Handlers::new()),
+        "",
+        &extra,
+    )
+    .await
+}
+
+/// A `subscriptions/listen` with `filter` that is expected to be answered without a stream
+/// (the caller checks the status); the exchange.
+async fn listen_refused(c: &ModernClient, filter: Value) -> Exchange {
+    c.request("subscriptions/listen", json!({"notifications": filter}))
+        .await
+        .unwrap()
 }
 
 /// Reads the first message, checks it is this stream's acknowledgement, returns the filter.
@@ -125,12 +153,10 @@ async fn the_acknowledgement_comes_first_then_only_agreed_notifications_tagged()
     // The stream is still delivering after that.
     send("notifications/tools/list_changed", json!({}));
     expect_tagged(&mut s, "notifications/tools/list_changed").await;
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_requests_total",
-            &[("method", "subscriptions/listen"), ("outcome", "complete")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "requests_total",
+        &[("method", "subscriptions/listen"), ("outcome", "complete")],
         1.0
     );
     drop(s);
@@ -207,24 +233,20 @@ async fn a_refused_subscription_is_an_error_before_any_streaming() {
     let env = env(handlers).await;
     let c = env.client();
     let before = env.legacy.stats().sessions_live();
-    let ex = c
-        .request(
-            "subscriptions/listen",
-            json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["file:///nope"]}}),
-        )
-        .await
-        .unwrap();
+    let ex = listen_refused(
+        &c,
+        json!({"toolsListChanged": true, "resourceSubscriptions": ["file:///nope"]}),
+    )
+    .await;
     assert!(!ex.streamed, "an error, not a stream");
     assert_eq!(ex.error_code(), Some(-32602), "{:?}", ex.message);
     assert_eq!(ex.error().unwrap()["data"]["uri"], "file:///nope");
     // The client named a resource the server does not have: like any legacy error that says
     // the request was wrong, it is the client's fault.
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "listen_subscribe_refused"), ("fault", "client")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "rejections_total",
+        &[("reason", "listen_subscribe_refused"), ("fault", "client")],
         1.0
     );
     assert!(
@@ -249,8 +271,7 @@ async fn the_legacy_session_closes_when_the_client_goes_away() {
     let stats = env.legacy.stats_handle();
     assert!(stats.wait_until(|s| s.sessions_live() == 0, WAIT).await);
     let deleted = stats.sessions_deleted();
-    let mut s = listen(&c, json!({"toolsListChanged": true})).await;
-    ack(&mut s).await;
+    let s = acked_tools_stream(&c).await;
     assert_eq!(stats.sessions_live(), 1);
     assert_eq!(metric(&env.gw, "mrtr_gateway_listen_streams", &[]), 1.0);
     drop(s);
@@ -263,11 +284,7 @@ async fn the_legacy_session_closes_when_the_client_goes_away() {
             .await,
         "the legacy session is DELETEd when the client disconnects"
     );
-    assert!(
-        eventually(WAIT, || metric(&env.gw, "mrtr_gateway_listen_streams", &[])
-            == 0.0)
-        .await
-    );
+    assert!(metric_reaches(&env.gw, "mrtr_gateway_listen_streams", &[], 0.0, WAIT).await);
     env.stop().await;
 }
 
@@ -275,8 +292,7 @@ async fn the_legacy_session_closes_when_the_client_goes_away() {
 async fn shutdown_ends_each_stream_with_the_graceful_response() {
     let env = env(ok_tool(Handlers::new())).await;
     let c = env.client();
-    let mut s = listen(&c, json!({"toolsListChanged": true})).await;
-    ack(&mut s).await;
+    let mut s = acked_tools_stream(&c).await;
     env.gw.drain.close();
     let last = s
         .next_within(WAIT)
@@ -301,13 +317,7 @@ async fn shutdown_ends_each_stream_with_the_graceful_response() {
             .await
     );
     // A listen request during the shutdown is turned away.
-    let ex = c
-        .request(
-            "subscriptions/listen",
-            json!({"notifications": {"toolsListChanged": true}}),
-        )
-        .await
-        .unwrap();
+    let ex = listen_refused(&c, json!({"toolsListChanged": true})).await;
     assert_eq!(ex.status.as_u16(), 503);
     assert!(ex.headers.get("retry-after").is_some());
     env.stop().await;
@@ -315,23 +325,10 @@ async fn shutdown_ends_each_stream_with_the_graceful_response() {
 
 #[tokio::test]
 async fn streams_beyond_max_streams_get_503() {
-    let env = env_with(
-        LegacyServerConfig::default(),
-        ok_tool(Handlers::new()),
-        "",
-        "[subscriptions]\nmax_streams = 1\n",
-    )
-    .await;
+    let env = subscriptions_env("max_streams = 1\n").await;
     let c = env.client();
-    let mut first = listen(&c, json!({"toolsListChanged": true})).await;
-    ack(&mut first).await;
-    let ex = c
-        .request(
-            "subscriptions/listen",
-            json!({"notifications": {"toolsListChanged": true}}),
-        )
-        .await
-        .unwrap();
+    let first = acked_tools_stream(&c).await;
+    let ex = listen_refused(&c, json!({"toolsListChanged": true})).await;
     assert_eq!(ex.status.as_u16(), 503);
     assert_eq!(ex.error_code(), Some(-32603));
     assert!(
@@ -345,38 +342,24 @@ async fn streams_beyond_max_streams_get_503() {
             .contains("subscriptions.max_streams")
     );
     assert_eq!(ex.headers.get("retry-after").unwrap(), "5");
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "max_listen_streams")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "limit_hits_total",
+        &[("limit", "max_listen_streams")],
         1.0
     );
     assert_eq!(metric(&env.gw, "mrtr_gateway_listen_streams", &[]), 1.0);
     drop(first);
-    assert!(
-        eventually(WAIT, || metric(&env.gw, "mrtr_gateway_listen_streams", &[])
-            == 0.0)
-        .await
-    );
-    let mut again = listen(&c, json!({"toolsListChanged": true})).await;
-    ack(&mut again).await;
+    assert!(metric_reaches(&env.gw, "mrtr_gateway_listen_streams", &[], 0.0, WAIT).await);
+    let _again = acked_tools_stream(&c).await;
     env.stop().await;
 }
 
 #[tokio::test]
 async fn an_idle_stream_gets_keep_alive_comments() {
-    let env = env_with(
-        LegacyServerConfig::default(),
-        ok_tool(Handlers::new()),
-        "",
-        "[subscriptions]\nkeepalive = \"100ms\"\n",
-    )
-    .await;
+    let env = subscriptions_env("keepalive = \"100ms\"\n").await;
     let c = env.client();
-    let mut s = listen(&c, json!({"toolsListChanged": true})).await;
-    ack(&mut s).await;
+    let mut s = acked_tools_stream(&c).await;
     tokio::time::timeout(WAIT, s.wait_for_comments(2))
         .await
         .expect("two keep-alives within the wait")
@@ -397,8 +380,7 @@ async fn a_dead_legacy_session_ends_the_stream_without_the_final_response() {
     let cfg = config(&legacy.url(), "resume_max_delay = \"50ms\"\n", "", "");
     let (_gw, running, url) = start_gateway(cfg).await;
     let c = ModernClient::new(&url);
-    let mut s = listen(&c, json!({"toolsListChanged": true})).await;
-    ack(&mut s).await;
+    let mut s = acked_tools_stream(&c).await;
     assert_eq!(legacy.faults().expire_all_sessions(), 1);
     // The stream just ends: no response, so the client knows to listen again.
     assert_eq!(s.next_within(WAIT).await.unwrap(), None);
@@ -430,12 +412,10 @@ async fn bad_filters_and_limits_are_refused_with_their_codes() {
         assert_eq!(ex.status.as_u16(), 400, "{params}");
         assert_eq!(ex.error_code(), Some(-32602), "{params}");
     }
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "max_resource_subscriptions")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "limit_hits_total",
+        &[("limit", "max_resource_subscriptions")],
         1.0
     );
     // A client that cannot take SSE is told so.
@@ -504,11 +484,7 @@ async fn fastmcp_tool_list_change_reaches_the_tools_stream_only() {
             .any(|t| t["name"] == "extra")
     );
     drop((tools, prompts));
-    assert!(
-        eventually(WAIT, || metric(&gw, "mrtr_gateway_listen_streams", &[])
-            == 0.0)
-        .await
-    );
+    assert!(metric_reaches(&gw, "mrtr_gateway_listen_streams", &[], 0.0, WAIT).await);
     running.stop().await;
     py.kill().await;
 }
@@ -545,18 +521,12 @@ async fn changes_announced_only_to_a_call_session_reach_listen_streams() {
     let c = env.client();
     let mut s = listen(&c, json!({"toolsListChanged": true})).await;
     assert_eq!(ack(&mut s).await, json!({"toolsListChanged": true}));
-    let r = c
-        .request("tools/call", json!({"name": "during", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(&c, "during").await;
     assert_eq!(text(r.result().unwrap()), "changed");
     expect_tagged(&mut s, "notifications/tools/list_changed").await;
     // A change announced after the call ended (its session idles in the pool by then)
     // arrives too.
-    let r = c
-        .request("tools/call", json!({"name": "after", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(&c, "after").await;
     assert_eq!(text(r.result().unwrap()), "will change");
     expect_tagged(&mut s, "notifications/tools/list_changed").await;
     // One change is one notification, however many sessions saw it.

@@ -4,6 +4,7 @@
 //! Under nextest every test still runs in a process of its own. Run one area with a filter
 //! on the module path, e.g. `cargo nextest run -E 'test(/^interop::/)'`.
 
+#[macro_use]
 mod support;
 
 mod architecture;

@@ -1,6 +1,6 @@
 //! Operating the gateway: admin endpoints, metrics values, reload, drain, TLS, limits, the CLI.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,48 +17,16 @@ use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
 
 fn greet() -> Handlers {
-    Handlers::new()
-        .tool(
-            "greet",
-            "",
-            json!({"type": "object"}),
-            |ctx, _| async move {
-                let a = ctx.elicit_form("Name?", form("name")).await?;
-                Ok(tool_text(format!(
-                    "Hello {}",
-                    a["content"]["name"].as_str().unwrap_or("?")
-                )))
-            },
-        )
-        .tool("slow", "", json!({"type": "object"}), |_, a| async move {
+    name_asking_tool(Handlers::new(), "", "Name?", |name| format!("Hello {name}")).tool(
+        "slow",
+        "",
+        json!({"type": "object"}),
+        |_, a| async move {
             let ms = a["ms"].as_u64().unwrap_or(500);
             tokio::time::sleep(Duration::from_millis(ms)).await;
             Ok(tool_text("slept"))
-        })
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let mut b = [0u8; 8];
-        getrandom::fill(&mut b).unwrap();
-        let p = std::env::temp_dir().join(format!(
-            "mrtr-ops-{}",
-            b.iter().map(|x| format!("{x:02x}")).collect::<String>()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+        },
+    )
 }
 
 #[tokio::test]
@@ -84,11 +52,7 @@ async fn health_and_readiness_mean_something() {
     env.stop().await;
 
     // A gateway whose legacy server is down is not ready.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let (gw, running, _) =
         start_gateway(config(&format!("http://127.0.0.1:{port}/mcp"), "", "", "")).await;
     let admin = start_admin(gw.clone()).await;
@@ -102,15 +66,7 @@ async fn health_and_readiness_mean_something() {
 async fn metrics_count_a_flow_and_a_tampered_state() {
     let env = env(greet()).await;
     let c = env.client();
-    let (rounds, last) = c
-        .call_with_input(
-            "tools/call",
-            json!({"name": "greet", "arguments": {}}),
-            &mut answer,
-            4,
-        )
-        .await
-        .unwrap();
+    let (rounds, last) = greet_flow(&c, 4).await;
     assert_eq!((rounds.len(), last.result_type()), (1, Some("complete")));
     let state = rounds[0].exchange.result().unwrap()["requestState"]
         .as_str()
@@ -205,7 +161,7 @@ async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_k
     let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
         .await
         .unwrap();
-    let dir = TempDir::new();
+    let dir = TempDir::new("mrtr-ops");
     let keys = dir.path().join("keys");
     std::fs::create_dir_all(&keys).unwrap();
     write_key(&keys, "k2026-01-01", 1);
@@ -234,15 +190,7 @@ async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_k
             let c = ModernClient::new(&url);
             let mut n = 0;
             while !stop.is_cancelled() {
-                let (_, last) = c
-                    .call_with_input(
-                        "tools/call",
-                        json!({"name": "greet", "arguments": {}}),
-                        &mut answer,
-                        4,
-                    )
-                    .await
-                    .unwrap();
+                let (_, last) = greet_flow(&c, 4).await;
                 assert_eq!(last.result_type(), Some("complete"), "{:?}", last.message);
                 n += 1;
             }
@@ -251,10 +199,7 @@ async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_k
     };
 
     let c = ModernClient::new(&url);
-    let first = c
-        .request("tools/call", json!({"name": "greet", "arguments": {}}))
-        .await
-        .unwrap();
+    let first = call_tool(&c, "greet").await;
     let old_state = first.result().unwrap()["requestState"]
         .as_str()
         .unwrap()
@@ -266,23 +211,14 @@ async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_k
     std::fs::write(&cfg_path, toml(8)).unwrap();
     reloader.reload_now().unwrap();
     assert_eq!(gw.config().state.max_rounds, 8);
-    let next = c
-        .request("tools/call", json!({"name": "greet", "arguments": {}}))
-        .await
-        .unwrap();
+    let next = call_tool(&c, "greet").await;
     assert!(
         next.result().unwrap()["requestState"]
             .as_str()
             .unwrap()
             .starts_with("m1.k2026-02-01.")
     );
-    let answer_key = first.result().unwrap()["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let answer_key = input_key(first.result().unwrap());
     let retry = |state: &str| {
         json!({"name": "greet", "arguments": {}, "requestState": state,
                "inputResponses": {answer_key.clone(): {"action": "accept", "content": {"name": "Ada"}}}})
@@ -293,14 +229,7 @@ async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_k
     // A broken key file: the reload fails, the previous ring stays, the failure is counted.
     std::fs::write(keys.join("k2026-03-01"), "not base64!").unwrap();
     assert!(reloader.reload_now().is_err());
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_config_reloads_total",
-            &[("result", "error")]
-        ),
-        1.0
-    );
+    assert_metric!(&gw, "config_reloads_total", &[("result", "error")], 1.0);
     assert_eq!(gw.codec.ring().sealing_key().id, "k2026-02-01");
     std::fs::remove_file(keys.join("k2026-03-01")).unwrap();
 
@@ -309,22 +238,13 @@ async fn reload_rotates_keys_and_limits_while_requests_run_and_a_broken_reload_k
     reloader.reload_now().unwrap();
     let refused = c.request("tools/call", retry(&old_state)).await.unwrap();
     assert_eq!(refused.error_code(), Some(-32602));
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_state_opens_total",
-            &[("result", "state_unknown_key")]
-        ),
+    assert_metric!(
+        &gw,
+        "state_opens_total",
+        &[("result", "state_unknown_key")],
         1.0
     );
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_config_reloads_total",
-            &[("result", "ok")]
-        ),
-        2.0
-    );
+    assert_metric!(&gw, "config_reloads_total", &[("result", "ok")], 2.0);
 
     stop.cancel();
     let served = traffic.await.expect("no background request failed");
@@ -340,13 +260,7 @@ async fn greet_round_one(c: &ModernClient, tool: &str) -> (String, String) {
         .await
         .unwrap();
     let r = first.result().expect("round 1 asks");
-    let key = r["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = input_key(r);
     (r["requestState"].as_str().unwrap().to_string(), key)
 }
 
@@ -379,7 +293,7 @@ async fn reloads_that_change_single_use_never_forget_a_claim() {
         .await
         .unwrap();
     let redis = crate::support::procs::start_redis().await;
-    let dir = TempDir::new();
+    let dir = TempDir::new("mrtr-ops");
     let cfg_path = dir.path().join("gateway.toml");
     let toml = |single_use: &str| {
         format!(
@@ -508,14 +422,7 @@ async fn reloads_that_change_single_use_never_forget_a_claim() {
         .await
         .unwrap();
     assert_eq!(dup.result(), fresh.result());
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_config_reloads_total",
-            &[("result", "ok")]
-        ),
-        2.0
-    );
+    assert_metric!(&gw, "config_reloads_total", &[("result", "ok")], 2.0);
     running.stop().await;
     legacy.shutdown().await;
 }
@@ -525,7 +432,7 @@ async fn a_changed_key_directory_is_picked_up_by_the_watcher() {
     let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
         .await
         .unwrap();
-    let dir = TempDir::new();
+    let dir = TempDir::new("mrtr-ops");
     let keys = dir.path().join("keys");
     std::fs::create_dir_all(&keys).unwrap();
     write_key(&keys, "a1", 1);
@@ -589,11 +496,13 @@ async fn load_is_shed_with_503_and_retry_after() {
         }
     });
     assert!(
-        eventually(Duration::from_secs(3), || metric(
+        metric_reaches(
             &gw,
             "mrtr_gateway_active_requests",
-            &[]
-        ) == 1.0)
+            &[],
+            1.0,
+            Duration::from_secs(3)
+        )
         .await
     );
     let shed = ModernClient::new(&url)
@@ -603,12 +512,10 @@ async fn load_is_shed_with_503_and_retry_after() {
     assert_eq!(shed.status.as_u16(), 503);
     assert_eq!(shed.headers.get("retry-after").unwrap(), "1");
     assert_eq!(shed.error_code(), Some(-32603));
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "max_concurrent_requests")]
-        ),
+    assert_metric!(
+        &gw,
+        "limit_hits_total",
+        &[("limit", "max_concurrent_requests")],
         1.0
     );
     assert_eq!(text_of(&slow.await.unwrap().unwrap()), "slept");
@@ -677,14 +584,7 @@ async fn idle_keep_alive_connections_are_closed() {
     })
     .await;
     assert_eq!(eof, Ok(true));
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "idle_timeout")]
-        ),
-        1.0
-    );
+    assert_metric!(&gw, "limit_hits_total", &[("limit", "idle_timeout")], 1.0);
     running.stop().await;
     legacy.shutdown().await;
 }
@@ -694,7 +594,7 @@ async fn tls_front_reloads_certificates_and_mtls_requires_a_client_certificate()
     let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
         .await
         .unwrap();
-    let dir = TempDir::new();
+    let dir = TempDir::new("mrtr-ops");
     let ca = crate::support::tls::Ca::new("test CA");
     let first = ca.leaf("gateway-1", &["localhost"]);
     let client_ca = crate::support::tls::Ca::new("client CA");
@@ -787,7 +687,7 @@ async fn mtls_identities_through_the_tls_listener_cannot_collide() {
     let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
         .await
         .unwrap();
-    let dir = TempDir::new();
+    let dir = TempDir::new("mrtr-ops");
     let ca = crate::support::tls::Ca::new("test CA");
     let server = ca.leaf("gateway", &["localhost"]);
     let client_ca = crate::support::tls::Ca::new("client CA");
@@ -880,12 +780,10 @@ async fn mtls_identities_through_the_tls_listener_cannot_collide() {
     );
     let (status, refused) = post(running.addr, &two_cns, call(None)).await;
     assert_eq!(status, 401, "{refused}");
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "auth_ambiguous_identity"), ("fault", "client")]
-        ),
+    assert_metric!(
+        &gw,
+        "rejections_total",
+        &[("reason", "auth_ambiguous_identity"), ("fault", "client")],
         1.0
     );
     let (status, ok) = post(running.addr, &real, call(None)).await;
@@ -894,20 +792,12 @@ async fn mtls_identities_through_the_tls_listener_cannot_collide() {
     legacy.shutdown().await;
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn sigterm_drains_in_flight_calls_refuses_new_ones_and_exits_zero() {
     let legacy = LegacyServer::start(LegacyServerConfig::default(), greet())
         .await
         .unwrap();
-    let dir = TempDir::new();
+    let dir = TempDir::new("mrtr-ops");
     let (port, admin) = (free_port(), free_port());
     let cfg = dir.path().join("gateway.toml");
     std::fs::write(
@@ -1006,7 +896,7 @@ where
 
 #[tokio::test]
 async fn check_config_exits_64_naming_the_key_and_the_environment_wins() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("mrtr-ops");
     let path = dir.path().join("g.toml");
     let run = |vars: &[(&str, &str)]| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"));

@@ -9,9 +9,9 @@
 //! line from a log subscriber scoped to the test. The in-repo scripted server covers a URL
 //! elicitation on the standalone GET stream.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use crate::support::logs::LogBuffer;
 use crate::support::peers::PyLegacyServer;
 use crate::support::*;
 use mrtr_gateway::front::listener::Running;
@@ -113,6 +113,13 @@ fn complete_text(ex: &Exchange) -> String {
     text(r)
 }
 
+/// [`complete_text`], asserting that it begins with `prefix` (the failure shows it whole).
+fn complete_text_starting(ex: &Exchange, prefix: &str) -> String {
+    let text = complete_text(ex);
+    assert!(text.starts_with(prefix), "{text}");
+    text
+}
+
 /// The only `inputRequests` entry of an `input_required` result.
 fn only_question(ex: &Exchange) -> Value {
     assert_eq!(ex.result_type(), Some("input_required"), "{:?}", ex.message);
@@ -186,12 +193,10 @@ async fn default_policy_shows_a_safe_url_and_holds_back_the_twelve_unsafe_ones()
             "{url}"
         );
     }
-    assert_eq!(
-        metric(
-            &s.gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "policy_refused")]
-        ),
+    assert_metric!(
+        &s.gw,
+        "rejections_total",
+        &[("reason", "policy_refused")],
         12.0
     );
 
@@ -266,11 +271,7 @@ async fn rules_refuse_elicitation_and_sampling_per_tool() {
     assert_eq!(s.refusals("elicitation_form", "kind_not_allowed"), 1.0);
 
     let ex = s.call("sample_big", json!({})).await;
-    let text = complete_text(&ex);
-    assert!(
-        text.starts_with("sampling error -1: refused by the gateway's policy"),
-        "{text}"
-    );
+    complete_text_starting(&ex, "sampling error -1: refused by the gateway's policy");
     assert_eq!(s.refusals("sampling", "kind_not_allowed"), 1.0);
 
     // A tool no rule names may still ask.
@@ -309,10 +310,9 @@ async fn malformed_questions_never_reach_the_client() {
 
     // The case: no `message` and a nested form schema. The server gets -32602.
     let ex = s.call("malformed_elicit", json!({})).await;
-    let text = complete_text(&ex);
-    assert!(
-        text.starts_with("malformed: error -32602: mrtr-gateway refused a malformed request"),
-        "{text}"
+    complete_text_starting(
+        &ex,
+        "malformed: error -32602: mrtr-gateway refused a malformed request",
     );
     assert_eq!(s.refusals("elicitation_form", "malformed"), 1.0);
 
@@ -408,12 +408,10 @@ async fn a_legacy_result_cannot_forge_a_round() {
         "ttlMs",
         "cacheScope",
     ] {
-        assert_eq!(
-            metric(
-                &s.gw,
-                "mrtr_gateway_legacy_result_fields_dropped_total",
-                &[("field", field)]
-            ),
+        assert_metric!(
+            &s.gw,
+            "legacy_result_fields_dropped_total",
+            &[("field", field)],
             1.0,
             "{field}"
         );
@@ -475,33 +473,10 @@ async fn a_refused_question_behaves_the_same_in_a_parked_and_a_replayed_call() {
     legacy.kill().await;
 }
 
-/// A log subscriber for this test only: text lines into a buffer.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-}
-
 /// Runs on the test's single thread, so the thread-local subscriber sees every task.
 #[tokio::test(flavor = "current_thread")]
 async fn a_refusal_is_logged_with_request_id_tool_kind_reason_and_only_scheme_and_host() {
-    let logs = Captured::default();
+    let logs = LogBuffer::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(false)
@@ -618,18 +593,12 @@ async fn questions_on_the_standalone_get_stream_are_reviewed_too() {
         .request("tools/call", json!({"name": "get_stream_asks"}))
         .await
         .unwrap();
-    let text = complete_text(&ex);
-    assert!(
-        text.starts_with("url {\"action\":\"decline\"} | sampling "),
-        "{text}"
-    );
+    let text = complete_text_starting(&ex, "url {\"action\":\"decline\"} | sampling ");
     assert!(text.contains("refused by the gateway's policy"), "{text}");
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_policy_refusals_total",
-            &[("kind", "sampling"), ("reason", "kind_not_allowed")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "policy_refusals_total",
+        &[("kind", "sampling"), ("reason", "kind_not_allowed")],
         1.0
     );
     env.stop().await;

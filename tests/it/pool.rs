@@ -35,10 +35,7 @@ async fn call(env: &Env, name: &str) -> String {
 
 /// Calls `whoami` as `client`; returns the legacy session id that served it.
 async fn whoami(client: &ModernClient) -> String {
-    let r = client
-        .request("tools/call", json!({"name": "whoami", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = call_tool(client, "whoami").await;
     text(r.result().unwrap_or_else(|| panic!("{:?}", r.message)))
 }
 
@@ -55,14 +52,7 @@ async fn sequential_calls_reuse_one_warm_session() {
         );
     }
     assert_eq!(env.legacy.stats().sessions_opened(), opened);
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_pool_checkouts_total",
-            &[("result", "hit")]
-        ),
-        5.0
-    );
+    assert_metric!(&env.gw, "pool_checkouts_total", &[("result", "hit")], 5.0);
     assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 1.0);
     env.stop().await;
 }
@@ -74,10 +64,7 @@ async fn concurrent_calls_never_share_a_session() {
     for _ in 0..5 {
         let c = env.client();
         tasks.push(tokio::spawn(async move {
-            let r = c
-                .request("tools/call", json!({"name": "slow", "arguments": {}}))
-                .await
-                .unwrap();
+            let r = call_tool(&c, "slow").await;
             text(r.result().unwrap())
         }));
     }
@@ -139,12 +126,10 @@ async fn a_server_request_arriving_while_idle_discards_the_session() {
         next, sid,
         "the session with an unowned request was not reused"
     );
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_pool_discards_total",
-            &[("reason", "unattributed_request")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "pool_discards_total",
+        &[("reason", "unattributed_request")],
         1.0
     );
     // Nobody answered it: the session was closed instead.
@@ -241,11 +226,13 @@ async fn warm_up_opens_sessions_at_start_that_matching_calls_use() {
     )
     .await;
     assert!(
-        eventually(Duration::from_secs(5), || metric(
+        metric_reaches(
             &env.gw,
             "mrtr_gateway_pool_idle_sessions",
-            &[]
-        ) == 2.0)
+            &[],
+            2.0,
+            Duration::from_secs(5)
+        )
         .await,
         "two sessions were warmed before any request"
     );
@@ -257,14 +244,7 @@ async fn warm_up_opens_sessions_at_start_that_matching_calls_use() {
         .with_capabilities(json!({"roots": {}, "elicitation": {}}));
     let sid = whoami(&warm).await;
     assert_eq!(env.legacy.stats().sessions_opened(), 2);
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_pool_checkouts_total",
-            &[("result", "hit")]
-        ),
-        1.0
-    );
+    assert_metric!(&env.gw, "pool_checkouts_total", &[("result", "hit")], 1.0);
     assert_eq!(
         env.legacy.session(&sid).unwrap().client_capabilities,
         json!({"roots": {"listChanged": true}, "elicitation": {"form": {}}}),

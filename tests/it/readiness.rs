@@ -45,14 +45,7 @@ async fn a_wrong_upstream_path_is_not_ready() {
     for _ in 0..3 {
         assert_eq!(readyz(&admin).await.0, 200);
     }
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_upstream_checks_total",
-            &[("result", "ok")]
-        ),
-        1.0
-    );
+    assert_metric!(&gw, "upstream_checks_total", &[("result", "ok")], 1.0);
     running.stop().await;
     legacy.kill().await;
 }

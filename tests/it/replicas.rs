@@ -2,7 +2,6 @@
 //! parking that saves re-execution, no cross-talk under load, and parked calls that expire.
 //! Replicas are separate gateway processes sharing state keys.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::support::peers::PyLegacyServer;
@@ -11,27 +10,6 @@ use crate::support::*;
 use mrtr_testkit::client::ModernClient;
 use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
 use serde_json::{Value, json};
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let mut b = [0u8; 6];
-        getrandom::fill(&mut b).unwrap();
-        let p = std::env::temp_dir().join(format!(
-            "mrtr-{tag}-{}",
-            b.iter().map(|x| format!("{x:02x}")).collect::<String>()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn shared(upstream: &str, extra: &str) -> String {
     format!(
@@ -50,14 +28,14 @@ async fn first_round(url: &str) -> Value {
     r.result().unwrap().clone()
 }
 
+/// Retries `first` at `url` and asserts the counter flow completed with its answer, 42.
+async fn retry_answers_42(url: &str, first: &Value) {
+    let done = retry(url, first).await;
+    assert_eq!(text(done.result().unwrap()), "42", "{:?}", done.message);
+}
+
 async fn retry(url: &str, first: &Value) -> mrtr_testkit::client::Exchange {
-    let key = first["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = input_key(first);
     ModernClient::new(url)
         .request(
             "tools/call",
@@ -71,15 +49,14 @@ async fn retry(url: &str, first: &Value) -> mrtr_testkit::client::Exchange {
 #[tokio::test]
 async fn any_replica_completes_and_parking_saves_re_execution() {
     let legacy = PyLegacyServer::start(&[]).await;
-    let dir = Dir::new("replicas");
+    let dir = TempDir::new("mrtr-replicas");
     let cfg = shared(&legacy.url(), "");
-    let (_a, url_a, admin_a) = spawn_gateway(&cfg, &dir.0, "rep-a").await;
-    let (_b, url_b, admin_b) = spawn_gateway(&cfg, &dir.0, "rep-b").await;
+    let (_a, url_a, admin_a) = spawn_gateway(&cfg, dir.path(), "rep-a").await;
+    let (_b, url_b, admin_b) = spawn_gateway(&cfg, dir.path(), "rep-b").await;
 
     // Retried on the replica that parked it: the tool body ran once.
     let first = first_round(&url_a).await;
-    let done = retry(&url_a, &first).await;
-    assert_eq!(text(done.result().unwrap()), "42");
+    retry_answers_42(&url_a, &first).await;
     assert_eq!(legacy.starts(COUNTER), 1, "resumed, not re-executed");
     assert_eq!(
         remote_metric(admin_a, "mrtr_gateway_retries_total", &[("path", "parked")]).await,
@@ -88,8 +65,7 @@ async fn any_replica_completes_and_parking_saves_re_execution() {
 
     // Retried on the other replica: B never saw round 1, and completes by replay (twice in all).
     let first = first_round(&url_a).await;
-    let done = retry(&url_b, &first).await;
-    assert_eq!(text(done.result().unwrap()), "42", "{:?}", done.message);
+    retry_answers_42(&url_b, &first).await;
     assert_eq!(
         legacy.starts(COUNTER),
         3,
@@ -118,7 +94,7 @@ async fn any_replica_completes_and_parking_saves_re_execution() {
     // Both replicas keep their single-use claims in memory, and say at start that those are
     // per replica.
     for name in ["rep-a", "rep-b"] {
-        let log = std::fs::read_to_string(dir.0.join(format!("{name}.log"))).unwrap();
+        let log = std::fs::read_to_string(dir.path().join(format!("{name}.log"))).unwrap();
         assert!(
             log.contains("single-use claims are kept per replica"),
             "{name} did not warn about its per-replica store:\n{log}"
@@ -129,13 +105,13 @@ async fn any_replica_completes_and_parking_saves_re_execution() {
 #[tokio::test]
 async fn park_only_never_re_executes_on_another_replica() {
     let legacy = PyLegacyServer::start(&[]).await;
-    let dir = Dir::new("park-only");
+    let dir = TempDir::new("mrtr-park-only");
     let rule = format!(
         "[[parking.rules]]\nmethod = \"tools/call\"\nname = \"{COUNTER}\"\npolicy = \"park-only\"\n"
     );
     let cfg = shared(&legacy.url(), &rule);
-    let (_c, url_c, _) = spawn_gateway(&cfg, &dir.0, "po-c").await;
-    let (_d, url_d, _) = spawn_gateway(&cfg, &dir.0, "po-d").await;
+    let (_c, url_c, _) = spawn_gateway(&cfg, dir.path(), "po-c").await;
+    let (_d, url_d, _) = spawn_gateway(&cfg, dir.path(), "po-d").await;
     let first = first_round(&url_c).await;
     let refused = retry(&url_d, &first).await;
     assert_eq!(refused.status.as_u16(), 410, "{:?}", refused.message);
@@ -150,26 +126,24 @@ async fn park_only_never_re_executes_on_another_replica() {
         "the tool body ran once, for round 1 only"
     );
     // On its own replica it still resumes.
-    let done = retry(&url_c, &first).await;
-    assert_eq!(text(done.result().unwrap()), "42");
+    retry_answers_42(&url_c, &first).await;
     assert_eq!(legacy.starts(COUNTER), 1);
 }
 
 #[tokio::test]
 async fn a_replica_killed_between_rounds_does_not_lose_the_call() {
     let legacy = PyLegacyServer::start(&[]).await;
-    let dir = Dir::new("killed");
+    let dir = TempDir::new("mrtr-killed");
     let cfg = shared(&legacy.url(), "");
-    let (mut a, url_a, _) = spawn_gateway(&cfg, &dir.0, "kill-a").await;
-    let (_b, url_b, _) = spawn_gateway(&cfg, &dir.0, "kill-b").await;
+    let (mut a, url_a, _) = spawn_gateway(&cfg, dir.path(), "kill-a").await;
+    let (_b, url_b, _) = spawn_gateway(&cfg, dir.path(), "kill-b").await;
     let first = first_round(&url_a).await;
     std::process::Command::new("kill")
         .args(["-KILL", &a.id().unwrap().to_string()])
         .status()
         .unwrap();
     let _ = a.wait().await;
-    let done = retry(&url_b, &first).await;
-    assert_eq!(text(done.result().unwrap()), "42", "{:?}", done.message);
+    retry_answers_42(&url_b, &first).await;
 }
 
 #[tokio::test]
@@ -181,8 +155,7 @@ async fn a_legacy_backend_restarted_between_rounds_completes_by_replay() {
     legacy.kill().await;
     let legacy = PyLegacyServer::start_on(port, &[]).await;
     assert_eq!(legacy.port, port);
-    let done = retry(&url, &first).await;
-    assert_eq!(text(done.result().unwrap()), "42", "{:?}", done.message);
+    retry_answers_42(&url, &first).await;
     assert_eq!(
         legacy.starts(COUNTER),
         1,
@@ -222,12 +195,12 @@ async fn no_cross_talk_with_200_clients_retrying_on_random_replicas() {
     )
     .await
     .unwrap();
-    let dir = Dir::new("crosstalk");
+    let dir = TempDir::new("mrtr-crosstalk");
     // A short parking TTL: calls parked on one replica whose retry went to the other are
     // released within it, so the lots drain by the end.
     let cfg = shared(&legacy.url(), "[parking]\nttl = \"3s\"\n");
-    let (_a, url_a, admin_a) = spawn_gateway(&cfg, &dir.0, "ct-a").await;
-    let (_b, url_b, admin_b) = spawn_gateway(&cfg, &dir.0, "ct-b").await;
+    let (_a, url_a, admin_a) = spawn_gateway(&cfg, dir.path(), "ct-a").await;
+    let (_b, url_b, admin_b) = spawn_gateway(&cfg, dir.path(), "ct-b").await;
     let urls = [url_a, url_b];
     let clients = 200;
     let started = std::time::Instant::now();
@@ -330,11 +303,7 @@ async fn an_expired_parked_call_is_cancelled_upstream_and_released() {
         "[parking]\nttl = \"1s\"\n",
     )
     .await;
-    let first = env
-        .client()
-        .request("tools/call", json!({"name": "wait", "arguments": {}}))
-        .await
-        .unwrap();
+    let first = call_tool(&env.client(), "wait").await;
     assert_eq!(first.result_type(), Some("input_required"));
     assert_eq!(metric(&env.gw, "mrtr_gateway_parked_calls", &[]), 1.0);
     let stats = env.legacy.stats_handle();
@@ -343,33 +312,21 @@ async fn an_expired_parked_call_is_cancelled_upstream_and_released() {
         1,
         "the parked call keeps its session"
     );
+    assert_cancelled_upstream(&stats, |s| s.sessions_deleted() >= 1).await;
     assert!(
-        stats
-            .wait_until(
-                |s| s.cancellations().len() == 1
-                    && s.sessions_live() == 0
-                    && s.sessions_deleted() >= 1,
-                Duration::from_secs(5)
-            )
-            .await,
-        "cancellations {:?}, live {}",
-        stats.cancellations(),
-        stats.sessions_live()
-    );
-    assert!(
-        eventually(Duration::from_secs(2), || metric(
+        metric_reaches(
             &env.gw,
             "mrtr_gateway_parked_calls",
-            &[]
-        ) == 0.0)
+            &[],
+            0.0,
+            Duration::from_secs(2)
+        )
         .await
     );
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_parked_evictions_total",
-            &[("reason", "expired")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "parked_evictions_total",
+        &[("reason", "expired")],
         1.0
     );
     assert_eq!(
@@ -377,13 +334,7 @@ async fn an_expired_parked_call_is_cancelled_upstream_and_released() {
         0.0
     );
     // The state is still valid (state.ttl > parking.ttl): its retry replays.
-    let key = first.result().unwrap()["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = input_key(first.result().unwrap());
     let done = env
         .client()
         .request(
@@ -394,13 +345,6 @@ async fn an_expired_parked_call_is_cancelled_upstream_and_released() {
         .await
         .unwrap();
     assert_eq!(text(done.result().unwrap()), "went");
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_retries_total",
-            &[("path", "replayed")]
-        ),
-        1.0
-    );
+    assert_metric!(&env.gw, "retries_total", &[("path", "replayed")], 1.0);
     env.stop().await;
 }

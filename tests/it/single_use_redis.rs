@@ -42,7 +42,7 @@ impl RedisServer {
         // A free port can be taken between probing and binding; try a few.
         let mut last_error = String::new();
         for _ in 0..5 {
-            let port = free_port();
+            let port = crate::support::free_port();
             let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
                 .join(format!("single_use_redis-{}-{port}", std::process::id()));
             std::fs::create_dir_all(&dir).unwrap();
@@ -117,14 +117,6 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// True when something on `port` answers PING with PONG within a second.
@@ -511,7 +503,7 @@ async fn fails_closed_while_redis_is_down_and_recovers_after_a_restart() {
 
 #[tokio::test]
 async fn a_gateway_started_before_redis_refuses_until_redis_is_up() {
-    let port = free_port();
+    let port = crate::support::free_port();
     let (s, _) = store(&config(&format!("redis://127.0.0.1:{port}/0"), |_| {})).await;
     let started = Instant::now();
     let err = s.claim("early", &owner(), MINUTE).await.unwrap_err();
@@ -677,7 +669,7 @@ async fn rediss_urls_speak_tls_and_verify_the_server() {
     let pki = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("single_use_tls-{}", std::process::id()));
     write_test_pki(&pki);
-    let tls_port = free_port().to_string();
+    let tls_port = crate::support::free_port().to_string();
     let file = |name: &str| pki.join(name).to_string_lossy().into_owned();
     let (cert, key, ca) = (file("server.pem"), file("server.key"), file("ca.pem"));
     // The plain port stays open for the harness's PING; the stores use only the TLS port.
@@ -794,22 +786,13 @@ async fn gateway(
 
 /// Round 1 of `pay`: its result (state and question).
 async fn pay_round_one(url: &str) -> Value {
-    let r = ModernClient::new(url)
-        .request("tools/call", json!({"name": "pay", "arguments": {}}))
-        .await
-        .unwrap();
+    let r = crate::support::call_tool(&ModernClient::new(url), "pay").await;
     assert_eq!(r.result_type(), Some("input_required"), "{:?}", r.message);
     r.result().unwrap().clone()
 }
 
 fn pay_retry(first: &Value) -> Value {
-    let key = first["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = crate::support::input_key(first);
     json!({"name": "pay", "arguments": {}, "requestState": first["requestState"],
            "inputResponses": {key: {"action": "accept", "content": {"confirm": "yes"}}}})
 }
@@ -1047,12 +1030,10 @@ async fn an_outcome_lost_in_a_stall_is_recorded_once_redis_is_back() {
     let dup = present_until_done(&url, &retry, Duration::from_secs(15)).await;
     assert_eq!(&dup, done.result().unwrap());
     assert_eq!(legacy.stats().tool_finishes("pay"), 1, "ran exactly once");
-    assert_eq!(
-        crate::support::metric(
-            &gw,
-            "mrtr_gateway_single_use_writes_retried_total",
-            &[("op", "complete")]
-        ),
+    assert_metric!(
+        &gw,
+        "single_use_writes_retried_total",
+        &[("op", "complete")],
         1.0
     );
     running.stop().await;

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::support::peers::tempdir::TempDir;
 use crate::support::peers::{
-    PyLegacyServer, assert_ok, input_rounds, legacy_python, modern_scenario, python_stdio_command,
-    repo, result_text, starts_in,
+    PyLegacyServer, assert_ok, input_rounds, legacy_python, modern_scenario, progress_values,
+    python_stdio_command, repo, result_text, starts_in,
 };
 use crate::support::*;
 use mrtr_gateway::front::listener::Running;
@@ -158,13 +158,7 @@ impl Bridge {
                 let r = self.run("progress_task", &[]).await;
                 assert_ok(&r);
                 assert_eq!(result_text(&r), "done 3");
-                let progress: Vec<f64> = r["progress"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|p| p["progress"].as_f64().unwrap())
-                    .collect();
-                assert_eq!(progress, vec![1.0, 2.0, 3.0]);
+                assert_eq!(progress_values(&r), vec![1.0, 2.0, 3.0]);
             }
             "declined" => {
                 let r = self.run("declined", &["--raw"]).await;
@@ -458,12 +452,10 @@ async fn a_stdout_line_over_the_cap_is_refused_and_counted() {
         502,
     )
     .await;
-    assert_eq!(
-        metric(
-            &f.gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "upstream_max_line_bytes")]
-        ),
+    assert_metric!(
+        &f.gw,
+        "limit_hits_total",
+        &[("limit", "upstream_max_line_bytes")],
         1.0
     );
     f.stop().await;
@@ -569,12 +561,10 @@ async fn children_are_bounded_by_stdio_max_children() {
         "{:?}",
         second.message
     );
-    assert_eq!(
-        metric(
-            &f.gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "stdio_max_children")]
-        ),
+    assert_metric!(
+        &f.gw,
+        "limit_hits_total",
+        &[("limit", "stdio_max_children")],
         1.0
     );
     assert_eq!(busy.await.unwrap().status.as_u16(), 504);
@@ -615,10 +605,7 @@ async fn stdio_children_do_not_inherit_descriptors_the_gateway_inherited() {
         "the launcher did not hand the gateway an open fd 5"
     );
 
-    let ex = ModernClient::new(&url)
-        .request("tools/call", json!({"name": "open_files", "arguments": {}}))
-        .await
-        .unwrap();
+    let ex = call_tool(&ModernClient::new(&url), "open_files").await;
     let listing: std::collections::BTreeMap<String, String> = serde_json::from_str(&text(
         ex.result()
             .unwrap_or_else(|| panic!("open_files failed: {:?}", ex.message)),
@@ -668,21 +655,6 @@ async fn stdio_children_do_not_inherit_descriptors_the_gateway_inherited() {
 
 // ------------------------------------------------------- Streamable HTTP details
 
-fn greet_handlers() -> Handlers {
-    Handlers::new().tool(
-        "greet",
-        "asks a name",
-        json!({"type": "object"}),
-        |ctx, _| async move {
-            let a = ctx.elicit_form("What is your name?", form("name")).await?;
-            Ok(tool_text(format!(
-                "Hello, {}!",
-                a["content"]["name"].as_str().unwrap_or("?")
-            )))
-        },
-    )
-}
-
 #[tokio::test]
 async fn a_polled_call_stream_is_resumed_with_last_event_id() {
     // Replay (no parking), so both rounds open a call stream of their own.
@@ -699,16 +671,7 @@ async fn a_polled_call_stream_is_resumed_with_last_event_id() {
             .faults()
             .next_call_stream(CallStreamFault::Poll { retry_ms: 20 });
     }
-    let (rounds, last) = env
-        .client()
-        .call_with_input(
-            "tools/call",
-            json!({"name": "greet", "arguments": {}}),
-            &mut answer,
-            4,
-        )
-        .await
-        .unwrap();
+    let (rounds, last) = greet_flow(&env.client(), 4).await;
     assert_eq!(
         rounds.len(),
         1,
@@ -820,12 +783,7 @@ async fn a_get_stream_that_keeps_breaking_is_given_up_after_resume_attempts() {
         "",
     );
     let (gw, running, url) = start_gateway(cfg).await;
-    let call = tokio::spawn(async move {
-        ModernClient::new(&url)
-            .request("tools/call", json!({"name": "wait", "arguments": {}}))
-            .await
-            .unwrap()
-    });
+    let call = tokio::spawn(async move { call_tool(&ModernClient::new(&url), "wait").await });
     let stats = legacy.stats();
     assert!(
         stats
@@ -883,10 +841,7 @@ async fn a_stateless_server_that_asks_for_input_fails_fast_with_a_clear_error() 
     assert_eq!(text(add.result().expect("add completes")), "5");
     // One that asks for input ends at once instead of waiting for a timeout.
     let started = Instant::now();
-    let greet = client
-        .request("tools/call", json!({"name": "greet", "arguments": {}}))
-        .await
-        .unwrap();
+    let greet = call_tool(&client, "greet").await;
     assert_eq!(greet.status.as_u16(), 502);
     // The client hears that the stream ended; why (the server has no sessions) is for the
     // operator, in the WARN line with the client's request id.

@@ -53,13 +53,7 @@ async fn first_round(c: &ModernClient) -> (String, String) {
         .await
         .unwrap();
     let res = r.result().expect("an input_required result");
-    let key = res["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = input_key(res);
     (res["requestState"].as_str().unwrap().to_string(), key)
 }
 
@@ -551,12 +545,10 @@ async fn one_caller_cannot_fill_the_single_use_store_for_everyone() {
         text(done.result().expect("alice is not locked out")),
         "paid 10 (yes)"
     );
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "single_use_max_entries_per_principal")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "limit_hits_total",
+        &[("limit", "single_use_max_entries_per_principal")],
         1.0
     );
     assert_eq!(
@@ -578,11 +570,7 @@ async fn an_unreachable_redis_fails_closed_and_readiness_says_so() {
     let legacy = LegacyServer::start(LegacyServerConfig::default(), handlers())
         .await
         .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let cfg = config(
         &legacy.url(),
         "",
@@ -735,12 +723,10 @@ async fn jwt_mode_rejects_bad_tokens_with_401_and_binds_states_to_the_subject() 
         (400, Some(-32602))
     );
     assert_eq!(legacy.stats().messages_received(), before);
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_state_opens_total",
-            &[("result", "state_wrong_principal")]
-        ),
+    assert_metric!(
+        &gw,
+        "state_opens_total",
+        &[("result", "state_wrong_principal")],
         1.0
     );
     let mine = alice

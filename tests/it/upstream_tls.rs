@@ -64,42 +64,43 @@ async fn upstream_check(gw: &Gateway) -> (bool, String) {
     }
 }
 
+/// nginx terminating TLS with the test PKI's server certificate in front of `legacy`
+/// (no client certificate, no bearer token required).
+async fn tls_in_front(pki: &Pki, legacy: &PyLegacyServer) -> Nginx {
+    let tls = NginxTls {
+        server: &pki.server,
+        client_ca_pem: None,
+        require_bearer: None,
+    };
+    Nginx::start(tls, legacy.port).await
+}
+
+/// Through the gateway at `url`, the greet scenario completes with "Hello, Ada!" (nginx's
+/// error log is shown if not), and `gw`'s upstream check passes.
+async fn assert_greets_and_ready(url: &str, gw: &Gateway, nginx: &Nginx) {
+    let report = modern_scenario(url, "greet", &[]).await;
+    assert_ok(&report);
+    assert_eq!(result_text(&report), "Hello, Ada!", "{}", nginx.error_log());
+    assert!(upstream_check(gw).await.0);
+}
+
 #[tokio::test]
 async fn both_http_transports_run_a_flow_through_nginx_with_ca_file() {
     let pki = Pki::new();
     // Streamable HTTP.
     let legacy = PyLegacyServer::start(&[]).await;
-    let nginx = Nginx::start(
-        NginxTls {
-            server: &pki.server,
-            client_ca_pem: None,
-            require_bearer: None,
-        },
-        legacy.port,
-    )
-    .await;
+    let nginx = tls_in_front(&pki, &legacy).await;
     let upstream = format!("https://localhost:{}/mcp", nginx.port);
     let cfg = config(&upstream, &ca_line(&pki), "", "");
     let (gw, running, url) = start_gateway(cfg).await;
-    let report = modern_scenario(&url, "greet", &[]).await;
-    assert_ok(&report);
-    assert_eq!(result_text(&report), "Hello, Ada!", "{}", nginx.error_log());
-    assert!(upstream_check(&gw).await.0);
+    assert_greets_and_ready(&url, &gw, &nginx).await;
     running.stop().await;
     nginx.stop().await;
     legacy.kill().await;
 
     // HTTP+SSE (2024-11-05): the SSE stream and the POSTs both go through nginx.
     let legacy = PyLegacyServer::start(&["--transport", "sse"]).await;
-    let nginx = Nginx::start(
-        NginxTls {
-            server: &pki.server,
-            client_ca_pem: None,
-            require_bearer: None,
-        },
-        legacy.port,
-    )
-    .await;
+    let nginx = tls_in_front(&pki, &legacy).await;
     let cfg = config_with_upstream(
         &format!(
             "transport = \"sse\"\nurl = \"https://localhost:{}/sse\"\nprotocol_version = \"2024-11-05\"\nresponse_timeout = \"5s\"\n{}",
@@ -110,10 +111,7 @@ async fn both_http_transports_run_a_flow_through_nginx_with_ca_file() {
         "",
     );
     let (gw, running, url) = start_gateway(cfg).await;
-    let report = modern_scenario(&url, "greet", &[]).await;
-    assert_ok(&report);
-    assert_eq!(result_text(&report), "Hello, Ada!", "{}", nginx.error_log());
-    assert!(upstream_check(&gw).await.0);
+    assert_greets_and_ready(&url, &gw, &nginx).await;
     running.stop().await;
     nginx.stop().await;
     legacy.kill().await;
@@ -123,15 +121,7 @@ async fn both_http_transports_run_a_flow_through_nginx_with_ca_file() {
 async fn an_unknown_ca_or_a_wrong_name_is_a_clear_502_and_not_ready() {
     let pki = Pki::new();
     let legacy = PyLegacyServer::start(&[]).await;
-    let nginx = Nginx::start(
-        NginxTls {
-            server: &pki.server,
-            client_ca_pem: None,
-            require_bearer: None,
-        },
-        legacy.port,
-    )
-    .await;
+    let nginx = tls_in_front(&pki, &legacy).await;
 
     // No ca_file: the system store does not know this CA.
     let cfg = config(&format!("https://localhost:{}/mcp", nginx.port), "", "", "");
@@ -141,12 +131,10 @@ async fn an_unknown_ca_or_a_wrong_name_is_a_clear_502_and_not_ready() {
     let text = msg["error"]["message"].as_str().unwrap_or_default();
     assert!(text.contains("not signed by a CA"), "{msg}");
     assert!(!text.contains(&nginx.port.to_string()), "{msg}");
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "upstream_tls_failed"), ("fault", "upstream")]
-        ),
+    assert_metric!(
+        &gw,
+        "rejections_total",
+        &[("reason", "upstream_tls_failed"), ("fault", "upstream")],
         1.0
     );
     let (ready, detail) = upstream_check(&gw).await;
@@ -239,10 +227,7 @@ async fn an_upstream_requiring_a_client_certificate() {
         pki.file("client.key")
     );
     let (gw, running, url) = start_gateway(config(&upstream, &lines, "", "")).await;
-    let report = modern_scenario(&url, "greet", &[]).await;
-    assert_ok(&report);
-    assert_eq!(result_text(&report), "Hello, Ada!", "{}", nginx.error_log());
-    assert!(upstream_check(&gw).await.0);
+    assert_greets_and_ready(&url, &gw, &nginx).await;
     running.stop().await;
     nginx.stop().await;
     legacy.kill().await;
@@ -254,15 +239,7 @@ async fn an_upstream_requiring_a_client_certificate() {
 async fn a_rotated_ca_file_is_picked_up_without_a_restart() {
     let pki = Pki::new();
     let legacy = PyLegacyServer::start(&[]).await;
-    let nginx = Nginx::start(
-        NginxTls {
-            server: &pki.server,
-            client_ca_pem: None,
-            require_bearer: None,
-        },
-        legacy.port,
-    )
-    .await;
+    let nginx = tls_in_front(&pki, &legacy).await;
     let dir = TempDir::new("mrtr-upstream-reload");
     let ca_path = dir.path().join("upstream-ca.pem");
     std::fs::write(&ca_path, Ca::new("old CA").pem()).unwrap();

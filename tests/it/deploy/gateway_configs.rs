@@ -7,7 +7,7 @@ use std::path::Path;
 use base64::Engine;
 use mrtr_gateway::config::{Config, ConfigError};
 
-use super::render::TempDir;
+use crate::support::TempDir;
 
 /// A directory holding one fresh key, standing in for the mounted Secret.
 pub struct KeyDir(TempDir);

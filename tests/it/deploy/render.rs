@@ -1,7 +1,7 @@
 //! Rendering a kustomize directory through `tests/peers/render_manifests.py` (the tools venv:
 //! kubectl's built-in kustomize, kubernetes-validate), and finding objects in the result.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -100,29 +100,5 @@ pub fn selects(match_labels: &Value, labels: &Value) -> bool {
     match match_labels.as_object() {
         Some(m) if !m.is_empty() => m.iter().all(|(k, v)| labels.get(k) == Some(v)),
         _ => false,
-    }
-}
-
-/// A directory removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(prefix: &str) -> TempDir {
-        let mut b = [0u8; 8];
-        getrandom::fill(&mut b).unwrap();
-        let name: String = b.iter().map(|x| format!("{x:02x}")).collect();
-        let p = std::env::temp_dir().join(format!("{prefix}-{name}"));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

@@ -38,13 +38,7 @@ async fn edge_env(h: Handlers, listen: &str, extra: &str) -> Env {
     );
     let cfg = Config::from_toml_str(&text, &[], None)
         .unwrap_or_else(|e| panic!("edge config: {e}\n{text}"));
-    let (gw, running, url) = start_gateway(cfg).await;
-    Env {
-        legacy,
-        gw,
-        running,
-        url,
-    }
+    Env::start(legacy, cfg).await
 }
 
 /// Makes sure this test process may hold `n` descriptors (both ends of every test socket
@@ -182,12 +176,10 @@ async fn stalled_bodies_hold_no_request_slot_and_are_closed_at_the_body_deadline
     let all_closed_after = sent.elapsed();
     assert_eq!(closed, STALLED);
     assert_eq!(limit_hits(&env, "body_read_timeout"), STALLED as f64);
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "body_read_timeout"), ("fault", "client")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "rejections_total",
+        &[("reason", "body_read_timeout"), ("fault", "client")],
         STALLED as f64
     );
     assert!(
@@ -374,11 +366,13 @@ async fn a_connection_must_send_its_first_request_within_header_read_timeout() {
         "a silent TLS connection is closed: {closed:?}"
     );
     assert!(
-        eventually(Duration::from_secs(5), || metric(
+        metric_reaches(
             &gw,
             "mrtr_gateway_limit_hits_total",
-            &[("limit", "header_read_timeout")]
-        ) == 1.0)
+            &[("limit", "header_read_timeout")],
+            1.0,
+            Duration::from_secs(5)
+        )
         .await
     );
     running.stop().await;
@@ -560,12 +554,10 @@ async fn listen_streams_have_a_per_principal_quota_and_hold_no_slot() {
     assert_eq!(c1.status.as_u16(), 503);
     assert_eq!(limit_hits(&env, "max_listen_streams_per_principal"), 1.0);
     assert_eq!(limit_hits(&env, "max_listen_streams"), 1.0);
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_rejections_total",
-            &[("reason", "listen_stream_quota"), ("fault", "client")]
-        ),
+    assert_metric!(
+        &env.gw,
+        "rejections_total",
+        &[("reason", "listen_stream_quota"), ("fault", "client")],
         1.0
     );
     // Three streams open, one request slot: ordinary requests are still served.
@@ -680,10 +672,7 @@ async fn parked_calls_leave_stdio_children_for_fresh_calls() {
     .await;
     let attacker = ModernClient::new(&url);
     for i in 0..3 {
-        let ex = attacker
-            .request("tools/call", json!({"name": "greet", "arguments": {}}))
-            .await
-            .unwrap();
+        let ex = call_tool(&attacker, "greet").await;
         assert_eq!(
             ex.result_type(),
             Some("input_required"),
@@ -706,12 +695,10 @@ async fn parked_calls_leave_stdio_children_for_fresh_calls() {
     assert_eq!(text(ex.result().unwrap()), "5");
     // Two parked; the third was not, and its retry will replay.
     assert_eq!(metric(&gw, "mrtr_gateway_parked_calls", &[]), 2.0);
-    assert_eq!(
-        metric(
-            &gw,
-            "mrtr_gateway_limit_hits_total",
-            &[("limit", "parking_stdio_reserve")]
-        ),
+    assert_metric!(
+        &gw,
+        "limit_hits_total",
+        &[("limit", "parking_stdio_reserve")],
         1.0
     );
     println!(
@@ -729,14 +716,7 @@ async fn spawn_limited(
     env: &[(&str, &str)],
     nofile: u32,
 ) -> (tokio::process::Child, u16, u16) {
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (port, admin) = (free(), free());
+    let (port, admin) = (free_port(), free_port());
     let path = dir.join("gateway.toml");
     std::fs::write(
         &path,
@@ -851,14 +831,7 @@ async fn idle_admin_sockets_do_not_starve_the_mcp_listener() {
     let hits = |limit: &str| sample(&text, "mrtr_gateway_limit_hits_total", &[("limit", limit)]);
     assert!(hits("admin_max_connections") >= (IDLE - CAP) as f64);
     assert_eq!(hits("admin_header_read_timeout"), 0.0);
-    assert_eq!(
-        sample(
-            &text,
-            "mrtr_gateway_accept_errors_total",
-            &[("listener", "mcp")]
-        ),
-        0.0
-    );
+    assert_sample!(&text, "accept_errors_total", &[("listener", "mcp")], 0.0);
     legacy.shutdown().await;
 }
 

@@ -7,10 +7,21 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::Value;
 
+/// Log output kept in memory: a writer for a `tracing_subscriber` (clones share the bytes).
 #[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
+pub struct LogBuffer(Arc<Mutex<Vec<u8>>>);
 
-impl Write for Buffer {
+impl LogBuffer {
+    /// What was written so far, line by line.
+    pub fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Write for LogBuffer {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.0.lock().unwrap().extend_from_slice(buf);
         Ok(buf.len())
@@ -21,12 +32,12 @@ impl Write for Buffer {
     }
 }
 
-static BUFFER: OnceLock<Buffer> = OnceLock::new();
+static BUFFER: OnceLock<LogBuffer> = OnceLock::new();
 
 /// Starts capturing (idempotent). Lines at WARN and above are kept.
 pub fn capture() {
     BUFFER.get_or_init(|| {
-        let buffer = Buffer::default();
+        let buffer = LogBuffer::default();
         let writer = buffer.clone();
         let subscriber = tracing_subscriber::fmt()
             .json()

@@ -1,6 +1,26 @@
 //! Shared pieces of the integration tests: a gateway in front of the in-repo legacy server,
 //! configurations, and the scripted answers a test client gives.
 
+/// `assert_eq!` on one sample of scraped Prometheus text:
+/// `assert_sample!(&text, name, labels, want)`, the name without its `mrtr_gateway_` prefix (as
+/// `deploy::metric_names` lists them), with an optional message as `assert_eq!` takes.
+macro_rules! assert_sample {
+    ($text:expr, $name:literal, $labels:expr, $want:expr $(, $($msg:tt)+)?) => {
+        assert_eq!(
+            $crate::support::sample($text, concat!("mrtr_gateway_", $name), $labels),
+            $want
+            $(, $($msg)+)?
+        )
+    };
+}
+
+/// `assert_sample!` on a gateway's own metrics: `assert_metric!(&gw, name, labels, want)`.
+macro_rules! assert_metric {
+    ($gw:expr, $($rest:tt)+) => {
+        assert_sample!(&($gw).metrics.render(), $($rest)+)
+    };
+}
+
 pub mod admin;
 pub mod logs;
 pub mod nginx;
@@ -9,14 +29,17 @@ pub mod procs;
 pub mod round_robin;
 pub mod tls;
 
+pub use peers::tempdir::TempDir;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::{HeaderMap, HeaderName, HeaderValue};
 use mrtr_gateway::config::Config;
 use mrtr_gateway::front::listener::{self, Running};
 use mrtr_gateway::gateway::Gateway;
-use mrtr_testkit::client::ModernClient;
-use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
+use mrtr_testkit::client::{Exchange, ModernClient, Round};
+use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig, ServerStats};
 use serde_json::{Value, json};
 
 pub const TEST_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -61,6 +84,17 @@ pub struct Env {
 }
 
 impl Env {
+    /// A gateway with `cfg` in front of `legacy` (which `cfg` should point at).
+    pub async fn start(legacy: LegacyServer, cfg: Config) -> Env {
+        let (gw, running, url) = start_gateway(cfg).await;
+        Env {
+            legacy,
+            gw,
+            running,
+            url,
+        }
+    }
+
     pub fn client(&self) -> ModernClient {
         ModernClient::new(&self.url)
     }
@@ -96,17 +130,94 @@ pub async fn env_with(
         .await
         .expect("legacy server starts");
     let cfg = config(&legacy.url(), "", state_extra, extra);
-    let (gw, running, url) = start_gateway(cfg).await;
-    Env {
-        legacy,
-        gw,
-        running,
-        url,
-    }
+    Env::start(legacy, cfg).await
 }
 
 pub async fn env(handlers: Handlers) -> Env {
     env_with(LegacyServerConfig::default(), handlers, "", "").await
+}
+
+/// A port that was free a moment ago, for a server started in another process.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The key of the first input request in an `input_required` result.
+pub fn input_key(result: &Value) -> String {
+    result["inputRequests"]
+        .as_object()
+        .expect("an input_required result has inputRequests")
+        .keys()
+        .next()
+        .expect("at least one input request")
+        .clone()
+}
+
+/// Adds a `greet` tool that asks for a name with a one-field form (`prompt`) and answers
+/// `reply(name)` ("?" when the answer has no name).
+pub fn name_asking_tool(
+    handlers: Handlers,
+    description: &'static str,
+    prompt: &'static str,
+    reply: fn(&str) -> String,
+) -> Handlers {
+    handlers.tool(
+        "greet",
+        description,
+        json!({"type": "object"}),
+        move |ctx, _| async move {
+            let a = ctx.elicit_form(prompt, form("name")).await?;
+            Ok(tool_text(reply(
+                a["content"]["name"].as_str().unwrap_or("?"),
+            )))
+        },
+    )
+}
+
+/// The `greet` tool most modules share: "What is your name?", then "Hello, <name>!".
+pub fn greet_handlers() -> Handlers {
+    name_asking_tool(
+        Handlers::new(),
+        "asks a name",
+        "What is your name?",
+        |name| format!("Hello, {name}!"),
+    )
+}
+
+/// Calls the tool `name` with no arguments through `c` (one request, no answers).
+pub async fn call_tool(c: &ModernClient, name: &str) -> Exchange {
+    c.request("tools/call", json!({"name": name, "arguments": {}}))
+        .await
+        .expect("the request gets an answer")
+}
+
+/// Calls `greet` through `c`, answering its questions with [`answer`], in at most
+/// `max_rounds` rounds; the rounds and the last exchange.
+pub async fn greet_flow(c: &ModernClient, max_rounds: u32) -> (Vec<Round>, Exchange) {
+    c.call_with_input(
+        "tools/call",
+        json!({"name": "greet", "arguments": {}}),
+        &mut answer,
+        max_rounds,
+    )
+    .await
+    .expect("the greet flow runs")
+}
+
+/// A header map of `pairs` (names and values as given).
+pub fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (k, v) in pairs {
+        h.insert(
+            HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    h
 }
 
 /// A one-field form schema.
@@ -163,6 +274,33 @@ pub async fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bo
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Waits up to `within` for a sample of the gateway's metrics to equal `want`; whether it did.
+pub async fn metric_reaches(
+    gw: &Gateway,
+    name: &str,
+    labels: &[(&str, &str)],
+    want: f64,
+    within: Duration,
+) -> bool {
+    eventually(within, || metric(gw, name, labels) == want).await
+}
+
+/// Asserts that within 5 s the legacy server has seen exactly one cancellation, holds no live
+/// session, and `also` holds; the failure shows the cancellations and live sessions.
+pub async fn assert_cancelled_upstream(stats: &ServerStats, also: impl Fn(&ServerStats) -> bool) {
+    assert!(
+        stats
+            .wait_until(
+                |s| s.cancellations().len() == 1 && s.sessions_live() == 0 && also(s),
+                Duration::from_secs(5)
+            )
+            .await,
+        "cancellations {:?}, live {}",
+        stats.cancellations(),
+        stats.sessions_live()
+    );
 }
 
 /// The value of a metric sample line, e.g. `mrtr_gateway_requests_total{method="tools/call",outcome="complete"}`.

@@ -37,14 +37,6 @@ fn nginx_binary() -> PathBuf {
     panic!("nginx is not installed: run scripts/test.sh (it installs Debian's nginx-light)");
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Nginx {
     /// Terminates TLS on `127.0.0.1:<free port>` and proxies everything to
     /// `http://127.0.0.1:<backend_port>`, unbuffered both ways (SSE streams pass as they come).
@@ -81,7 +73,7 @@ impl Nginx {
             }
             None => String::new(),
         };
-        let port = free_port();
+        let port = super::free_port();
         let conf = format!(
             r#"daemon off;
 master_process off;

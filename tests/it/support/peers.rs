@@ -85,6 +85,17 @@ pub mod tempdir {
     }
 }
 
+/// Spawns a peer server that reports where it listens on stdout: no stdin, stdout piped back
+/// to the test, stderr to `stderr`, killed when dropped. Panics with `what` if it cannot start.
+fn spawn_reporting(cmd: &mut Command, stderr: Stdio, what: &str) -> Child {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .expect(what)
+}
+
 impl PyLegacyServer {
     /// Starts `legacy_server.py` on a free loopback port (`extra` are more CLI flags).
     pub async fn start(extra: &[&str]) -> PyLegacyServer {
@@ -94,18 +105,16 @@ impl PyLegacyServer {
     pub async fn start_on(port: u16, extra: &[&str]) -> PyLegacyServer {
         let dir = tempdir::TempDir::new("mrtr-peer");
         let count_file = dir.path().join("counts");
-        let mut child = Command::new(legacy_python())
-            .arg(repo().join("tests/peers/legacy_server.py"))
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .arg("--count-file")
-            .arg(&count_file)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the legacy Python server starts");
+        let mut child = spawn_reporting(
+            Command::new(legacy_python())
+                .arg(repo().join("tests/peers/legacy_server.py"))
+                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                .arg("--count-file")
+                .arg(&count_file)
+                .args(extra),
+            Stdio::inherit(),
+            "the legacy Python server starts",
+        );
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
         let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
@@ -164,6 +173,16 @@ pub fn result_text(report: &Value) -> String {
         .to_string()
 }
 
+/// The `progress` values of the notifications a scenario report collected, in order.
+pub fn progress_values(report: &Value) -> Vec<f64> {
+    report["progress"]
+        .as_array()
+        .expect("the report lists progress notifications")
+        .iter()
+        .map(|p| p["progress"].as_f64().unwrap())
+        .collect()
+}
+
 /// The scenario ran without error and (in raw mode) without protocol violations.
 pub fn assert_ok(report: &Value) {
     assert_eq!(report["ok"], true, "{report:#}");
@@ -195,52 +214,46 @@ pub fn input_rounds(report: &Value) -> Vec<Vec<String>> {
 
 /// Runs one `modern_client.py` scenario against `url`; returns its JSON report.
 pub async fn modern_scenario(url: &str, scenario: &str, extra: &[&str]) -> Value {
-    let out = tokio::time::timeout(
-        Duration::from_secs(90),
-        Command::new(modern_python())
-            .arg(repo().join("tests/peers/modern_client.py"))
-            .args(["--url", url, "--scenario", scenario])
-            .args(extra)
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the modern client finishes within 90 s")
-    .expect("the modern client runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "modern_client.py {scenario} exited {}: {stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("bad report ({e}): {stdout}"))
+    let args = ["--url", url, "--scenario", scenario];
+    client_report(modern_python(), "modern_client.py", &args, extra).await
 }
 
 /// Runs `legacy_client.py` (mcp 1.30.0 `ClientSession`) against `url`; returns its JSON report.
 pub async fn legacy_client(url: &str, extra: &[&str]) -> Value {
+    client_report(legacy_python(), "legacy_client.py", &["--url", url], extra).await
+}
+
+/// Runs the client script `script` (in `tests/peers`) with `args` then `extra`, allowing it
+/// 90 s; asserts it succeeded and returns the JSON report it printed.
+async fn client_report(python: PathBuf, script: &str, args: &[&str], extra: &[&str]) -> Value {
     let out = tokio::time::timeout(
         Duration::from_secs(90),
-        Command::new(legacy_python())
-            .arg(repo().join("tests/peers/legacy_client.py"))
-            .args(["--url", url])
+        Command::new(python)
+            .arg(repo().join("tests/peers").join(script))
+            .args(args)
             .args(extra)
             .stdin(Stdio::null())
             .kill_on_drop(true)
             .output(),
     )
     .await
-    .expect("the legacy client finishes within 90 s")
-    .expect("the legacy client runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    .unwrap_or_else(|_| panic!("{script} finishes within 90 s"))
+    .unwrap_or_else(|e| panic!("{script} runs: {e}"));
+    let stdout = successful_stdout(&out, &format!("{script} {args:?} {extra:?}"));
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("bad report ({e}): {stdout}"))
+}
+
+/// The stdout of a finished process, once it is asserted to have exited successfully (the
+/// failure names `what` and shows the status, stdout and stderr).
+pub fn successful_stdout(out: &std::process::Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "legacy_client.py {extra:?} exited {}: {stdout}\n{}",
+        "{what} exited {}: {stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("bad report ({e}): {stdout}"))
+    stdout
 }
 
 /// The TypeScript reference server `@modelcontextprotocol/server-everything` (legacy SDK 1.x,
@@ -271,18 +284,16 @@ pub fn everything_entry() -> PathBuf {
 
 impl EverythingServer {
     pub async fn start() -> EverythingServer {
-        let mut child = Command::new("node")
-            .arg("--import")
-            .arg(repo().join("tests/peers/ts/loopback.mjs"))
-            .arg(everything_entry())
-            .arg("streamableHttp")
-            .env("PORT", "0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("node runs the everything server");
+        let mut child = spawn_reporting(
+            Command::new("node")
+                .arg("--import")
+                .arg(repo().join("tests/peers/ts/loopback.mjs"))
+                .arg(everything_entry())
+                .arg("streamableHttp")
+                .env("PORT", "0"),
+            Stdio::null(),
+            "node runs the everything server",
+        );
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let port = tokio::time::timeout(Duration::from_secs(60), async {
             while let Some(line) = lines.next_line().await.expect("server stdout") {

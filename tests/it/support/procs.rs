@@ -12,11 +12,7 @@ pub struct Redis {
 }
 
 pub async fn start_redis() -> Redis {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = super::free_port();
     let child = tokio::process::Command::new("redis-server")
         .args([
             "--port",
@@ -64,16 +60,8 @@ pub async fn spawn_gateway_via(
     dir: &std::path::Path,
     name: &str,
 ) -> (tokio::process::Child, String, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let admin = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = super::free_port();
+    let admin = super::free_port();
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(
         &path,
