@@ -48,16 +48,11 @@ fn closed_by(gw: &mrtr_gateway::gateway::Gateway, by: &str) -> f64 {
 #[tokio::test]
 async fn a_known_round_closes_at_its_question_instead_of_waiting_for_roots() {
     let legacy = PyLegacyServer::start(&[]).await;
-    let cfg = config(
-        &legacy.url(),
-        "",
-        "",
-        &format!(
-            "[mrtr]\ngather_window = \"{}s\"\ngather_quiet = \"20ms\"\n",
-            WINDOW.as_secs()
-        ),
+    let mrtr = format!(
+        "[mrtr]\ngather_window = \"{}s\"\ngather_quiet = \"20ms\"\n",
+        WINDOW.as_secs()
     );
-    let (gw, running, url) = start_gateway(cfg).await;
+    let (gw, running, url) = start_gateway(config(&legacy.url(), "", "", &mrtr)).await;
     let client = roots_declaring_client(&url);
 
     let unknown = first_round(&client).await;
