@@ -251,13 +251,26 @@ async fn a_server_that_never_reasks_is_learned_and_no_longer_waited_for() {
     assert_eq!(refreshes("timeout"), 2.0, "waited for twice");
     assert_eq!(refreshes("not_waited"), 2.0, "then learned");
 
-    // A reload starts over: the server might have been upgraded.
+    // A reload that leaves [upstream] as it was keeps what was learned: no new waits.
     gw.apply_config(gw.config().as_ref().clone()).unwrap();
     assert_eq!(
         call_with_roots(&c, "list_my_roots", "file:///srv/fay").await,
         "file:///srv/fay"
     );
-    assert_eq!(refreshes("timeout"), 3.0);
+    assert_eq!(refreshes("timeout"), 2.0, "not re-learned");
+    assert_eq!(refreshes("not_waited"), 3.0);
+
+    // One that changes it starts over (another server, or an upgraded one): the pool is
+    // emptied (in the background), so at the latest the second call reuses a session of the
+    // new upstream and is waited for again.
+    let mut changed = gw.config().as_ref().clone();
+    changed.upstream.response_timeout += std::time::Duration::from_secs(1);
+    gw.apply_config(changed).unwrap();
+    for who in ["gus", "hal"] {
+        let root = format!("file:///srv/{who}");
+        assert_eq!(call_with_roots(&c, "list_my_roots", &root).await, root);
+    }
+    assert!(refreshes("timeout") >= 3.0, "waited for again");
     running.stop().await;
     py.kill().await;
 }

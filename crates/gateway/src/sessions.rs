@@ -77,10 +77,12 @@ impl Sessions {
                 .store(Arc::new(Upstream::from_config(new, hits)));
             let pool = self.pool.clone();
             tokio::spawn(async move { pool.clear().await });
+            // Another server, or another way to it: learn its roots handling anew. A reload
+            // that leaves `[upstream]` as it was keeps what was learned (re-learning costs
+            // `pool.roots_refresh_probes` waits of `pool.roots_refresh_wait`).
+            self.pool.roots_memory().reset();
         }
         self.pool.set_idle_timeout(pool.idle_timeout);
-        // A reload may follow an upgrade of the legacy server: learn its roots handling anew.
-        self.pool.roots_memory().reset();
     }
 
     /// Opens a legacy session declaring what `declared` allows, in the shape of the legacy

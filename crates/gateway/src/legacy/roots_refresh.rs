@@ -20,8 +20,8 @@
 //! upstream: a server that has re-asked even once is always waited for (a later timeout is
 //! load, not indifference); one that let `pool.roots_refresh_probes` waits in a row time out
 //! without ever re-asking is no longer waited for (the notification is still sent, it costs
-//! nothing). The memory starts over on every configuration reload (`SIGHUP` re-learns after
-//! an upgrade of the legacy server). A server that caches roots *and* ignores the notification
+//! nothing). The memory starts over when a reload changes `[upstream]`, and on a restart (a
+//! legacy server upgraded in place restarts its pod, and the sidecar with it). A server that caches roots *and* ignores the notification
 //! cannot be protected by pooling: `docs/operations.md` says when to choose
 //! `pool.mode = "per-call"`.
 
@@ -89,7 +89,7 @@ impl RootsRefreshMemory {
         }
     }
 
-    /// Forgets what was learned (configuration reload).
+    /// Forgets what was learned (a reload changed the upstream).
     pub fn reset(&self) {
         *self.lock() = Learned::default();
     }
