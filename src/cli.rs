@@ -29,8 +29,13 @@ pub enum Command {
     },
     /// Run a built-in legacy server, the gateway and a scripted client through a multi-round flow.
     Demo,
-    /// Print a fresh state key as a `[[state.keys]]` TOML entry.
-    Keygen,
+    /// Print a fresh state key as a `[[state.keys]]` TOML entry, or, with `--dir`, write it
+    /// into a `state.keys_dir` directory as a date-named file (mode 0600) and print its path.
+    Keygen {
+        /// The key directory (`state.keys_dir`); the new key becomes the sealing key.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Validate a configuration file (exit 0), or name the bad key (exit 64).
     CheckConfig {
         #[arg(long, env = "MRTR_GATEWAY_CONFIG")]
@@ -64,10 +69,20 @@ pub fn run(command: Command) -> ExitCode {
     // One process-wide rustls provider, before anything can build a TLS config.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     match command {
-        Command::Keygen => {
+        Command::Keygen { dir: None } => {
             print!("{}", commands::keygen::new_key_toml());
             ExitCode::SUCCESS
         }
+        Command::Keygen { dir: Some(dir) } => match commands::keygen::write_key_file(&dir) {
+            Ok(path) => {
+                println!("{}", path.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("keygen: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::CheckConfig { config, print } => match commands::check_config::check(&config)
             .and_then(|report| {
                 for w in &report.warnings {

@@ -34,6 +34,20 @@ pub fn check(path: &Path) -> Result<Report, mrtr_gateway::config::ConfigError> {
         c.state.ttl
     );
     let mut warnings = Vec::new();
+    let example = mrtr_gateway::config::decode_secret(mrtr_gateway::config::EXAMPLE_SECRET).ok();
+    for (i, k) in c.state.keys.iter().enumerate() {
+        if Some(k.secret) == example {
+            let key = match &c.state.keys_dir {
+                Some(dir) => format!("state.keys_dir ({}/{})", dir.display(), k.id),
+                None => format!("state.keys[{i}].secret"),
+            };
+            warnings.push(format!(
+                "{key}: key {:?} is the public example secret from config/gateway.toml; anyone \
+                 can seal a requestState with it. Generate a key with `mrtr-gateway keygen`",
+                k.id
+            ));
+        }
+    }
     let (_, hard) = descriptor_budget::limits();
     if let Some(warning) = descriptor_budget::shortfall(&descriptor_budget::need(&c), hard) {
         warnings.push(warning);

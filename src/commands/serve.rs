@@ -44,12 +44,12 @@ pub async fn run(
         )),
         None => None,
     };
-    let listener = tokio::net::TcpListener::bind(cfg.listen.addr).await?;
+    let listener = bind("listen.addr", cfg.listen.addr).await?;
     let addr = listener.local_addr()?;
     // Admin and reload run until the drain's last phase.
     let background = gw.drain.stopped().clone();
     if let Some(admin_addr) = cfg.admin.addr {
-        let admin_listener = tokio::net::TcpListener::bind(admin_addr).await?;
+        let admin_listener = bind("admin.addr", admin_addr).await?;
         tracing::info!(addr = %admin_listener.local_addr()?, "admin listening (/metrics, /healthz, /readyz)");
         tokio::spawn(admin::serve(gw.clone(), admin_listener, background.clone()));
     }
@@ -119,6 +119,14 @@ async fn wait_for_signal() {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
+}
+
+/// Binds a listener; a failure names the setting and the address ("listen.addr 0.0.0.0:8080:
+/// Address already in use"), not only the OS error.
+async fn bind(key: &str, addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {key} {addr}: {e}")))
 }
 
 /// A second signal: exit at once. The log writer's queue is not flushed by `exit`, so the

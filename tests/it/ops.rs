@@ -993,4 +993,68 @@ async fn check_config_exits_64_naming_the_key_and_the_environment_wins() {
         "{}",
         String::from_utf8_lossy(&shipped.stderr)
     );
+    // It carries the public example key, valid but worth a word, naming where it is.
+    let warned = String::from_utf8_lossy(&shipped.stderr);
+    assert!(
+        warned.contains("state.keys[0].secret") && warned.contains("public example secret"),
+        "{warned}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&ok.stderr).contains("example"),
+        "a real key gets no such warning"
+    );
+}
+
+/// `keygen --dir` writes a date-named key file a key directory loads, newest sealing.
+#[test]
+fn keygen_writes_a_key_file_the_key_directory_loads() {
+    let dir = TempDir::new("mrtr-keygen");
+    let keygen = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+            .args(["keygen", "--dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    };
+    let (first, second) = (keygen(), keygen());
+    assert!(first.starts_with(dir.path()) && second.starts_with(dir.path()));
+    let cfg = Config::from_toml_str(
+        &format!("[state]\nkeys_dir = \"{}\"\n", dir.path().display()),
+        &[],
+        None,
+    )
+    .unwrap();
+    let ids: Vec<&str> = cfg.state.keys.iter().map(|k| k.id.as_str()).collect();
+    let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(ids, [name(&second), name(&first)], "the newer key seals");
+}
+
+/// A busy port is reported with the setting and the address, not only the OS's words.
+#[test]
+fn a_busy_listen_port_is_named_in_the_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = TempDir::new("mrtr-busy");
+    let path = dir.path().join("g.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[listen]\naddr = \"{addr}\"\n[upstream]\nurl = \"http://127.0.0.1:9/mcp\"\n\
+             [[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("listen.addr {addr}")) && err.contains("in use"),
+        "{err}"
+    );
 }
