@@ -33,6 +33,44 @@ fn upstream_tls_files(cfg: &Config) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// The sections of the configuration a reload changed (names only: never values, which may
+/// hold secrets).
+pub fn changed_sections(old: &Config, new: &Config) -> Vec<&'static str> {
+    let differs =
+        |a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| format!("{a:?}") != format!("{b:?}");
+    let sections: [(&'static str, bool); 19] = [
+        ("listen", differs(&old.listen, &new.listen)),
+        ("upstream", differs(&old.upstream, &new.upstream)),
+        ("state", differs(&old.state, &new.state)),
+        ("mrtr", differs(&old.mrtr, &new.mrtr)),
+        ("discover", differs(&old.discover, &new.discover)),
+        ("caching", differs(&old.caching, &new.caching)),
+        ("log", differs(&old.log, &new.log)),
+        ("admin", differs(&old.admin, &new.admin)),
+        ("tls", differs(&old.tls, &new.tls)),
+        ("drain", differs(&old.drain, &new.drain)),
+        ("replica", differs(&old.replica, &new.replica)),
+        ("parking", differs(&old.parking, &new.parking)),
+        ("pool", differs(&old.pool, &new.pool)),
+        ("single_use", differs(&old.single_use, &new.single_use)),
+        ("auth", differs(&old.auth, &new.auth)),
+        (
+            "subscriptions",
+            differs(&old.subscriptions, &new.subscriptions),
+        ),
+        ("policy", differs(&old.policy, &new.policy)),
+        (
+            "legacy_clients",
+            differs(&old.legacy_clients, &new.legacy_clients),
+        ),
+        ("keys", differs(&old.state.keys, &new.state.keys)),
+    ];
+    sections
+        .into_iter()
+        .filter_map(|(name, changed)| changed.then_some(name))
+        .collect()
+}
+
 pub struct Reloader {
     pub gw: Arc<Gateway>,
     pub config_path: PathBuf,
@@ -44,9 +82,11 @@ impl Reloader {
     /// Reloads everything once; returns what failed, if anything.
     pub fn reload_now(&self) -> Result<(), String> {
         let mut errors = Vec::new();
+        let mut changed = Vec::new();
         match Config::load(&self.config_path) {
             Ok(new) => {
                 let old = self.gw.config();
+                changed = changed_sections(&old, &new);
                 let restart_only = [
                     ("listen.addr", old.listen.addr != new.listen.addr),
                     ("admin.addr", old.admin.addr != new.admin.addr),
@@ -82,7 +122,11 @@ impl Reloader {
         self.gw.metrics.process().reloaded(errors.is_empty());
         if errors.is_empty() {
             let ring = self.gw.codec.ring();
-            tracing::info!(keys = ?ring.ids(), "configuration reloaded");
+            tracing::info!(
+                keys = ?ring.ids(),
+                changed = ?changed,
+                "configuration reloaded"
+            );
             Ok(())
         } else {
             let msg = errors.join("; ");
@@ -194,5 +238,21 @@ impl Reloader {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod changed_tests {
+    use super::*;
+
+    #[test]
+    fn a_reload_names_the_sections_it_changed_and_no_values() {
+        let text = "[[state.keys]]\nid = \"k1\"\nsecret = \"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\"\n";
+        let old = Config::from_toml_str(text, &[], None).unwrap();
+        assert!(changed_sections(&old, &old.clone()).is_empty());
+        let mut new = old.clone();
+        new.mrtr.gather_window = Duration::from_millis(250);
+        new.upstream.response_timeout += Duration::from_secs(1);
+        assert_eq!(changed_sections(&old, &new), ["upstream", "mrtr"]);
     }
 }
