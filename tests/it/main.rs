@@ -26,4 +26,5 @@ mod replicas;
 mod single_use_redis;
 mod transports;
 mod trust;
+mod trust_paths;
 mod upstream_tls;

@@ -9,7 +9,8 @@
 //!    URI): a kind the call may not ask is refused (`kind_not_allowed`).
 //! 2. **Shape**: the entry must be a valid 2026-07-28 `InputRequest` ([`question_schema`]);
 //!    otherwise it is refused as `malformed`.
-//! 3. **URL safety** (URL-mode elicitation): [`url::check`] against `[policy.url]`.
+//! 3. **URL safety** (URL-mode elicitation): [`url::judge`] against `[policy.url]`; a URL
+//!    that passes is rewritten to the normalised form that was judged.
 //! 4. **Sampling cap**: a `maxTokens` above `policy.sampling.max_tokens` is lowered to it (the
 //!    question passes, rewritten).
 //!
@@ -150,12 +151,20 @@ pub fn decide(
             .pointer("/params/url")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        if let Err(refused) = url::check(raw, &policy.url) {
-            return refuse(
-                RefusalReason::Url(refused.refusal),
-                refused.refusal.describe(&policy.url),
-                refused.origin,
-            );
+        match url::judge(raw, &policy.url) {
+            Err(refused) => {
+                return refuse(
+                    RefusalReason::Url(refused.refusal),
+                    refused.refusal.describe(&policy.url),
+                    refused.origin,
+                );
+            }
+            // The client is shown the text that was judged, not the text that was sent.
+            Ok(judged) => {
+                if let Some(slot) = request.pointer_mut("/params/url") {
+                    *slot = Value::String(judged.shown);
+                }
+            }
         }
     }
     let mut clamped_from = None;
