@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::support::peers::{PyLegacyServer, legacy_python};
+use crate::support::peers::{PyLegacyServer, legacy_client, legacy_python, result_text};
 use crate::support::*;
 use mrtr_testkit::client::ModernClient;
 use serde_json::{Value, json};
@@ -130,4 +130,132 @@ async fn url_shown_to_the_client_is_the_url_the_guard_judged() {
     );
     running.stop().await;
     legacy.kill().await;
+}
+
+/// The policy of issue 23: `auth.example.com` only, sampling capped at 1024 tokens, and the
+/// tool `where` may ask elicitation only.
+const ISSUE_POLICY: &str = "[policy.url]\nallow_hosts = [\"auth.example.com\"]\n\
+    [policy.sampling]\nmax_tokens = 1024\n\
+    [[policy.rules]]\nmethod = \"tools/call\"\nname = \"where\"\nallow = [\"elicitation\"]\n";
+
+fn refusals(gw: &mrtr_gateway::gateway::Gateway, kind: &str, reason: &str) -> f64 {
+    metric(
+        gw,
+        "mrtr_gateway_policy_refusals_total",
+        &[("kind", kind), ("reason", reason)],
+    )
+}
+
+/// The Python `mcp` 1.x client through the dual-era front to FastMCP: the questions the
+/// policy refuses for a 2026-07-28 client never reach it either (the legacy server is told
+/// "decline" or error -1 and finishes its tool), and what passes comes rewritten as the stage
+/// rewrites it.
+#[tokio::test]
+async fn a_legacy_client_gets_only_the_questions_the_policy_lets_through() {
+    let py = PyLegacyServer::start(&[]).await;
+    let (gw, running, url) = start_gateway(config(&py.url(), "", "", ISSUE_POLICY)).await;
+
+    // URL elicitations off the allow-list or unsafe: held back, declined for the server.
+    for bad in [
+        "javascript:alert(document.cookie)",
+        "https://169.254.169.254/latest/meta-data/",
+        "https://evil.example/login",
+    ] {
+        let args = json!({ "url": bad }).to_string();
+        let report = legacy_client(&url, &["--tool", "open_url", "--args", &args]).await;
+        assert_eq!(report["ok"], true, "{bad}: {report:#}");
+        assert_eq!(
+            report["callbacks"]["elicitation"], 0,
+            "{bad} reached the legacy client: {:#}",
+            report["asked"]
+        );
+        assert_eq!(result_text(&report), "url:decline", "{bad}");
+    }
+    assert_eq!(refusals(&gw, "elicitation_url", "url_scheme"), 1.0);
+    assert_eq!(
+        refusals(&gw, "elicitation_url", "url_non_public_address"),
+        1.0
+    );
+    assert_eq!(
+        refusals(&gw, "elicitation_url", "url_host_not_allowed"),
+        1.0
+    );
+
+    // An allowed URL passes, in the form that was judged.
+    let args = json!({"url": "https://AUTH.example.com/authorize?state=abc"}).to_string();
+    let report = legacy_client(&url, &["--tool", "open_url", "--args", &args]).await;
+    assert_eq!(report["callbacks"]["elicitation"], 1, "{report:#}");
+    assert_eq!(
+        report["asked"][0]["params"]["url"],
+        "https://auth.example.com/authorize?state=abc"
+    );
+
+    // Sampling passes with maxTokens lowered to the cap (asked: 100000).
+    let report = legacy_client(&url, &["--tool", "sample_big"]).await;
+    assert_eq!(report["callbacks"]["sampling"], 1, "{report:#}");
+    assert_eq!(report["asked"][0]["params"]["maxTokens"], 1024);
+    assert!(result_text(&report).starts_with("sampled: "), "{report:#}");
+
+    // `where` may only elicit: FastMCP asks roots/list on the GET stream, where the asking
+    // call is unknown, so only kinds every rule allows pass; the server hears error -1 and
+    // goes on to its elicitation, which the client does see.
+    let report = legacy_client(&url, &["--tool", "where"]).await;
+    assert_eq!(report["ok"], true, "{report:#}");
+    assert_eq!(report["callbacks"]["roots"], 0, "roots reached the client");
+    assert_eq!(report["callbacks"]["elicitation"], 1, "{report:#}");
+    let text = result_text(&report);
+    assert!(
+        text.contains("roots error -1: refused by the gateway's policy"),
+        "{text}"
+    );
+    assert!(refusals(&gw, "roots", "kind_not_allowed") >= 1.0);
+
+    running.stop().await;
+    py.kill().await;
+}
+
+/// `[legacy_clients] enabled = false`: a legacy `initialize` is answered as a 2026-07-28-only
+/// server answers it (400, -32022, the supported versions), and nothing reaches the legacy
+/// server.
+#[tokio::test]
+async fn legacy_clients_can_be_turned_off() {
+    let py = PyLegacyServer::start(&[]).await;
+    let (gw, running, url) = start_gateway(config(
+        &py.url(),
+        "",
+        "",
+        "[legacy_clients]\nenabled = false\n",
+    ))
+    .await;
+    let report = legacy_client(&url, &["--tool", "greet"]).await;
+    assert_eq!(report["ok"], false, "{report:#}");
+    assert_eq!(report["callbacks"]["elicitation"], 0);
+    let raw = ModernClient::new(&url)
+        .send_raw(
+            http::Method::POST,
+            http::HeaderMap::new(),
+            bytes::Bytes::from(
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                    "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                               "clientInfo": {"name": "raw-legacy", "version": "1"}}})
+                .to_string(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(raw.status, 400, "{:?}", raw.message);
+    let err = raw.error().expect("a JSON-RPC error");
+    assert_eq!(err["code"], -32022);
+    assert!(err["data"]["supported"].is_array(), "{err}");
+    assert_eq!(
+        metric(
+            &gw,
+            "mrtr_gateway_legacy_passthrough_total",
+            &[("kind", "initialize")]
+        ),
+        0.0
+    );
+    assert_eq!(py.starts("greet"), 0);
+    running.stop().await;
+    py.kill().await;
 }

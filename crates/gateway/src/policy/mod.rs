@@ -121,6 +121,19 @@ pub fn decide(
     method: &str,
     name: Option<&str>,
     kind: InputKind,
+    request: Value,
+) -> Result<Passed, Refusal> {
+    let allowed = policy.allowed_for(method, name);
+    decide_as(policy, allowed, method, name, kind, request)
+}
+
+/// [`decide`] with the kinds the call may ask already known.
+fn decide_as(
+    policy: &PolicyConfig,
+    allowed: config::Allowed,
+    method: &str,
+    name: Option<&str>,
+    kind: InputKind,
     mut request: Value,
 ) -> Result<Passed, Refusal> {
     let refuse = |reason, detail: String, url| {
@@ -131,7 +144,7 @@ pub fn decide(
             url,
         })
     };
-    if !policy.allowed_for(method, name).allows(kind) {
+    if !allowed.allows(kind) {
         let what = match kind {
             InputKind::ElicitForm | InputKind::ElicitUrl => "elicitation",
             InputKind::Sampling => "sampling",
@@ -199,7 +212,28 @@ impl Stage<'_> {
         kind: InputKind,
         request: Value,
     ) -> Result<Value, Refusal> {
-        match decide(self.policy, method, name, kind, request) {
+        let decided = decide(self.policy, method, name, kind, request);
+        self.record(method, name, decided)
+    }
+
+    /// Reviews a question whose call is unknown (a passed-through legacy client's GET
+    /// stream, or a request that is not a call): it may be only a kind every
+    /// `[[policy.rules]]` entry allows ([`PolicyConfig::allowed_for_any_call`]).
+    pub fn review_unattributed(&self, kind: InputKind, request: Value) -> Result<Value, Refusal> {
+        let allowed = self.policy.allowed_for_any_call();
+        let method = "(no call)";
+        let decided = decide_as(self.policy, allowed, method, None, kind, request);
+        self.record(method, None, decided)
+    }
+
+    /// Counts and logs a decision.
+    fn record(
+        &self,
+        method: &str,
+        name: Option<&str>,
+        decided: Result<Passed, Refusal>,
+    ) -> Result<Value, Refusal> {
+        match decided {
             Ok(passed) => {
                 if let Some(asked) = passed.clamped_from {
                     self.metrics.max_tokens_clamped();
