@@ -28,7 +28,10 @@
 //! `Last-Event-ID`, trace context and the credentials `[auth] upstream_credentials` asks for,
 //! with `Mcp-Session-Id: S`. The answer comes back unchanged and unbuffered (status, JSON or
 //! SSE body, `Content-Type`, `Cache-Control`, `Allow`, `Retry-After`), with `S` swapped back to
-//! `T`. The front's limits apply as to any request: `Origin`, authentication (before anything
+//! `T`. An SSE body is relayed event by event through the policy stage
+//! ([`super::passthrough_review`]): the legacy server's questions are reviewed as a 2026-07-28
+//! client's are, and a refused one is answered to the server and never relayed. The front's
+//! limits apply as to any request: `Origin`, authentication (before anything
 //! else is read), body size and deadline, request slots. A POST's response stream is cut after
 //! `upstream.call_timeout` (`limit_hits_total{limit="legacy_passthrough_call_timeout"}`); a GET
 //! stream lives until the client leaves or the gateway shuts down (the client reopens it, on
@@ -42,6 +45,9 @@
 //! answered like a modern-only server answers it: 400, -32022, and the supported versions.
 //! A stateless legacy server (one that issues no session id) can answer `initialize`, but the
 //! client's later requests carry no session id and take the modern path.
+//!
+//! **Off.** `legacy_clients.enabled = false` answers every legacy `initialize`, and every
+//! request on a session opened before, the same way.
 
 use std::convert::Infallible;
 

@@ -3,7 +3,10 @@
 //! Every question a legacy server asks — a server request on the call stream or the standalone
 //! GET stream, or a URL elicitation carried by a legacy -32042 error; in a first round, a
 //! replay or a resumed parked call alike — passes through [`Stage::review`] after capture and
-//! before it can become an `inputRequests` entry. The review, in order:
+//! before it can become an `inputRequests` entry. The dual-era front puts the questions
+//! relayed to passed-through legacy clients through the same stage
+//! (`front::passthrough_review`; [`Stage::review_unattributed`] where the asking call is
+//! unknown). The review, in order:
 //!
 //! 1. **Rules** (`[[policy.rules]]`, first match on method and tool/prompt name or resource
 //!    URI): a kind the call may not ask is refused (`kind_not_allowed`).
