@@ -171,11 +171,26 @@ async fn a_legacy_client_gets_only_the_questions_the_policy_lets_through() {
         );
         assert_eq!(result_text(&report), "url:decline", "{bad}");
     }
-    assert_eq!(refusals(&gw, "elicitation_url", "url_scheme"), 1.0);
+    // The same URL carried by a legacy -32042 error: the error the client gets names the
+    // policy's reason, never the URL.
+    let args = json!({"url": "https://169.254.169.254/latest/meta-data/"}).to_string();
+    let report = legacy_client(&url, &["--tool", "url_required", "--args", &args]).await;
+    let shown = report.to_string();
+    assert!(
+        !shown.contains("169.254"),
+        "the URL reached the client: {report:#}"
+    );
+    assert_eq!(report["error"]["code"], -32603, "{report:#}");
+    assert_eq!(
+        report["error"]["data"]["policyReason"],
+        "url_non_public_address"
+    );
     assert_eq!(
         refusals(&gw, "elicitation_url", "url_non_public_address"),
-        1.0
+        2.0
     );
+
+    assert_eq!(refusals(&gw, "elicitation_url", "url_scheme"), 1.0);
     assert_eq!(
         refusals(&gw, "elicitation_url", "url_host_not_allowed"),
         1.0

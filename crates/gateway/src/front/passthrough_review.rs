@@ -11,6 +11,8 @@
 //! - holds back a question the stage refuses: the client never sees it, and the legacy server
 //!   is answered on the session (a JSON-RPC response POSTed to it) exactly as the MRTR path
 //!   answers it, with [`policy::Refusal::legacy_answer`];
+//! - reviews the URL elicitations of a legacy -32042 error the same way: one refused turns
+//!   the error into the one the MRTR path ends such a call with (-32603, `policyReason`);
 //! - passes every other event as it came (re-framed, same id, type, retry and data).
 //!
 //! Which call asked: on a POST stream, the call the client POSTed (`tools/call`, `prompts/get`,
@@ -31,7 +33,7 @@ use crate::mrtr::deps::Engine;
 use crate::mrtr::input_request::{kind_of, to_input_request};
 use crate::policy::{Refusal, Stage};
 use crate::state::InputKind;
-use mrtr_wire::jsonrpc::{error_response, result_response};
+use mrtr_wire::jsonrpc::{ErrorObject, codes, error_response, result_response};
 use mrtr_wire::sse::{SseDecoder, SseError, SseEvent};
 
 /// The call a POST asked for, as `[[policy.rules]]` match it.
@@ -175,6 +177,11 @@ impl Screen {
 
     /// Reviews one JSON-RPC message if it is a question.
     async fn screen_message(&self, msg: &Value) -> Screened {
+        if msg.pointer("/error/code").and_then(Value::as_i64)
+            == Some(codes::LEGACY_URL_ELICITATION_REQUIRED)
+        {
+            return self.screen_url_required(msg);
+        }
         let (Some(method), Some(id)) = (msg.get("method").and_then(Value::as_str), msg.get("id"))
         else {
             return Screened::Unchanged;
@@ -200,6 +207,65 @@ impl Screen {
                 Screened::Held
             }
         }
+    }
+
+    /// A legacy -32042 error carries URL elicitations for the client to open: each passes
+    /// the stage. One refused turns the error into the one the MRTR path ends such a call with
+    /// (-32603, `data.policyReason`, never the URL); otherwise the URLs are shown as judged.
+    fn screen_url_required(&self, msg: &Value) -> Screened {
+        let Some(list) = msg
+            .pointer("/error/data/elicitations")
+            .and_then(Value::as_array)
+        else {
+            return Screened::Unchanged;
+        };
+        let cfg = self.engine.config();
+        let stage = Stage {
+            policy: &cfg.policy,
+            metrics: self.engine.metrics.policy(),
+        };
+        let mut shown = Vec::with_capacity(list.len());
+        for e in list {
+            let mut params = e.as_object().cloned().unwrap_or_default();
+            params.insert("mode".into(), Value::from("url"));
+            let params = Value::Object(params);
+            let kind = InputKind::ElicitUrl;
+            let (request, _) = to_input_request("elicitation/create", Some(&params), kind);
+            let reviewed = match &self.call {
+                Some(call) => stage.review(&call.method, call.name.as_deref(), kind, request),
+                None => stage.review_unattributed(kind, request),
+            };
+            match reviewed {
+                Ok(reviewed) => {
+                    let mut e = e.clone();
+                    if let (Some(slot), Some(url)) =
+                        (e.get_mut("url"), reviewed.pointer("/params/url"))
+                    {
+                        *slot = url.clone();
+                    }
+                    shown.push(e);
+                }
+                Err(refusal) => {
+                    let error = ErrorObject::new(
+                        codes::INTERNAL_ERROR,
+                        format!(
+                            "the tool needs the user to open a URL that the gateway's policy refuses ({})",
+                            refusal.detail
+                        ),
+                    )
+                    .with_data(serde_json::json!({"policyReason": refusal.reason.as_str()}));
+                    return Screened::Rewritten(error_response(msg.get("id"), &error));
+                }
+            }
+        }
+        if shown == *list {
+            return Screened::Unchanged;
+        }
+        let mut msg = msg.clone();
+        if let Some(slot) = msg.pointer_mut("/error/data/elicitations") {
+            *slot = Value::Array(shown);
+        }
+        Screened::Rewritten(msg)
     }
 
     /// Tells the legacy server what the MRTR path would tell it about a refused question.
