@@ -229,6 +229,35 @@ async fn a_legacy_client_gets_only_the_questions_the_policy_lets_through() {
     py.kill().await;
 }
 
+/// A FastMCP server in JSON-response mode ends a call with -32042 in a plain JSON body: its
+/// URLs pass the stage too.
+#[tokio::test]
+async fn a_legacy_client_gets_no_refused_url_in_a_plain_json_error() {
+    let py = PyLegacyServer::start(&["--json-response"]).await;
+    let (gw, running, url) = start_gateway(config(&py.url(), "", "", ISSUE_POLICY)).await;
+    let args = json!({"url": "https://169.254.169.254/latest/meta-data/"}).to_string();
+    let report = legacy_client(&url, &["--tool", "url_required", "--args", &args]).await;
+    assert!(
+        !report.to_string().contains("169.254"),
+        "the URL reached the client: {report:#}"
+    );
+    assert_eq!(report["error"]["code"], -32603, "{report:#}");
+    assert_eq!(
+        report["error"]["data"]["policyReason"],
+        "url_non_public_address"
+    );
+    // A plain result passes untouched.
+    let report = legacy_client(&url, &["--tool", "add", "--args", r#"{"a":2,"b":3}"#]).await;
+    assert_eq!(report["ok"], true, "{report:#}");
+    assert_eq!(result_text(&report), "5");
+    assert_eq!(
+        refusals(&gw, "elicitation_url", "url_non_public_address"),
+        1.0
+    );
+    running.stop().await;
+    py.kill().await;
+}
+
 /// `[legacy_clients] enabled = false`: a legacy `initialize` is answered as a 2026-07-28-only
 /// server answers it (400, -32022, the supported versions), and nothing reaches the legacy
 /// server.

@@ -393,17 +393,29 @@ async fn forward(
             HeaderValue::from_str(sid).expect("checked visible ASCII above"),
         );
     }
-    // Every SSE body may carry the legacy server's questions: each passes the policy stage.
-    let screen = crate::legacy::http::is_sse(&parts.headers).then(|| {
-        r.headers_mut()
-            .insert("x-accel-buffering", HeaderValue::from_static("no"));
-        Screen::new(
+    // Every SSE body may carry the legacy server's questions, and a JSON body a -32042 error
+    // with URLs for the client: each passes the policy stage.
+    let sse = crate::legacy::http::is_sse(&parts.headers);
+    let json = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("application/json"));
+    let screen = (sse || json).then(|| {
+        let screen = Screen::new(
             front.engine.clone(),
             upstream.clone(),
             answer_headers,
             asking,
             front.limits.clone(),
-        )
+        );
+        if sse {
+            r.headers_mut()
+                .insert("x-accel-buffering", HeaderValue::from_static("no"));
+            screen
+        } else {
+            screen.for_json()
+        }
     });
     let ends = if get {
         // The standalone stream: until the client leaves or the gateway shuts down.
@@ -446,7 +458,8 @@ async fn reached(d: Option<Instant>) {
 }
 
 /// The upstream body, frame by frame as it arrives; an upstream error ends it. An SSE body
-/// goes through `screen` (the policy stage on the legacy server's questions) event by event.
+/// goes through `screen` (the policy stage on the legacy server's questions) event by event,
+/// a JSON body whole once it has arrived.
 fn relay(body: Incoming, ends: Ends, screen: Option<Screen>) -> Body {
     let start = (body, ends, screen);
     let frames = futures_util::stream::unfold(start, |(mut body, ends, mut screen)| async move {
@@ -467,7 +480,18 @@ fn relay(body: Incoming, ends: Ends, screen: Option<Screen>) -> Body {
                     tracing::debug!(error = %e, "a passed-through legacy response broke");
                     return None;
                 }
-                None => return None,
+                None => {
+                    // A gathered JSON body goes out now, reviewed.
+                    let tail = match screen.take() {
+                        Some(mut s) => s.finish().await,
+                        None => Bytes::new(),
+                    };
+                    if tail.is_empty() {
+                        return None;
+                    }
+                    let frame = hyper::body::Frame::data(tail);
+                    return Some((Ok::<_, Infallible>(frame), (body, ends, None)));
+                }
             };
             let frame = match (&mut screen, frame.into_data()) {
                 (Some(s), Ok(data)) => match s.feed(&data).await {

@@ -72,6 +72,9 @@ pub struct Screen {
     answer_headers: HeaderMap,
     call: Option<AskingCall>,
     decoder: SseDecoder,
+    /// A plain JSON body (not SSE), gathered whole to be reviewed once it has all arrived.
+    json: Option<BytesMut>,
+    max_event: usize,
     limits: LimitHits,
 }
 
@@ -109,7 +112,32 @@ impl Screen {
             call,
             // A long-lived GET stream has no total: only one event is held at a time.
             decoder: SseDecoder::new(max_event, usize::MAX),
+            json: None,
+            max_event,
             limits,
+        }
+    }
+
+    /// Screens a plain JSON body instead of an SSE stream: a server in JSON-response mode
+    /// ends a call with -32042 in one.
+    pub fn for_json(mut self) -> Screen {
+        self.json = Some(BytesMut::new());
+        self
+    }
+
+    /// The end of the upstream body: a gathered JSON body, reviewed (empty for SSE, whose
+    /// events went out as they were completed).
+    pub async fn finish(&mut self) -> Bytes {
+        let Some(body) = self.json.take() else {
+            return Bytes::new();
+        };
+        let Ok(text) = std::str::from_utf8(&body) else {
+            return body.freeze();
+        };
+        match self.screen_event(text).await {
+            Screened::Unchanged => body.freeze(),
+            Screened::Rewritten(v) => Bytes::from(v.to_string()),
+            Screened::Held => Bytes::new(),
         }
     }
 
@@ -117,6 +145,19 @@ impl Screen {
     /// empty). An error ends the relay: an event over `upstream.max_event_bytes` (counted) or
     /// bytes that are not UTF-8.
     pub async fn feed(&mut self, chunk: &[u8]) -> Result<Bytes, SseError> {
+        if let Some(body) = &mut self.json {
+            if body.len() + chunk.len() > self.max_event {
+                self.limits.hit(Limit::UpstreamMaxEventBytes);
+                tracing::warn!(
+                    "ended a passed-through legacy JSON response over upstream.max_event_bytes"
+                );
+                return Err(SseError::EventTooLarge {
+                    limit: self.max_event,
+                });
+            }
+            body.put_slice(chunk);
+            return Ok(Bytes::new());
+        }
         let mut events = Vec::new();
         if let Err(e) = self.decoder.feed(chunk, &mut events) {
             if matches!(e, SseError::EventTooLarge { .. }) {
