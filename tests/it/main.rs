@@ -28,4 +28,5 @@ mod rounds;
 mod single_use_redis;
 mod transports;
 mod trust;
+mod trust_paths;
 mod upstream_tls;

@@ -7,6 +7,7 @@ answers as modern_client.py, and prints exactly one JSON object on stdout:
 
     {"ok": bool, "result": {...} | null, "error": {...} | null,
      "callbacks": {"elicitation": n, "sampling": n, "roots": n},
+     "asked": [{"method": ..., "params": {...}}, ...],
      "progress": [...], "logs": [...], "notifications": [method, ...],
      "protocolVersion": "...", "serverCapabilities": {...}}
 
@@ -51,6 +52,8 @@ class Peer:
         self.tag = tag
         self.decline = decline
         self.calls = {"elicitation": 0, "sampling": 0, "roots": 0}
+        # The params of every elicitation and sampling request, as received.
+        self.asked: list[dict[str, Any]] = []
         self.progress: list[dict[str, Any]] = []
         self.logs: list[dict[str, Any]] = []
         self.notifications: list[str] = []
@@ -58,6 +61,7 @@ class Peer:
 
     async def elicitation(self, context, params: types.ElicitRequestParams):
         self.calls["elicitation"] += 1
+        self.asked.append({"method": "elicitation/create", "params": dump(params)})
         try:
             if self.decline:
                 return types.ElicitResult(action="decline")
@@ -69,6 +73,7 @@ class Peer:
 
     async def sampling(self, context, params: types.CreateMessageRequestParams):
         self.calls["sampling"] += 1
+        self.asked.append({"method": "sampling/createMessage", "params": dump(params)})
         try:
             prompt = answers.prompt_text([dump(m) for m in params.messages])
             return types.CreateMessageResult(
@@ -139,6 +144,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             log.debug("call failed", exc_info=exc)
             out["error"] = {"code": None, "message": f"{type(exc).__name__}: {exc}", "data": None}
     out["callbacks"] = peer.calls
+    out["asked"] = peer.asked
     out["progress"] = peer.progress
     out["logs"] = peer.logs
     out["notifications"] = peer.notifications

@@ -401,6 +401,7 @@ impl Default for RawSubscriptions {
 #[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawLegacyClients {
+    pub enabled: bool,
     pub max_get_streams: u64,
     pub max_get_streams_per_principal: u64,
 }
@@ -408,6 +409,7 @@ pub struct RawLegacyClients {
 impl Default for RawLegacyClients {
     fn default() -> Self {
         RawLegacyClients {
+            enabled: true,
             max_get_streams: 256,
             max_get_streams_per_principal: 16,
         }

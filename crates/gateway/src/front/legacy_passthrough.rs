@@ -28,7 +28,10 @@
 //! `Last-Event-ID`, trace context and the credentials `[auth] upstream_credentials` asks for,
 //! with `Mcp-Session-Id: S`. The answer comes back unchanged and unbuffered (status, JSON or
 //! SSE body, `Content-Type`, `Cache-Control`, `Allow`, `Retry-After`), with `S` swapped back to
-//! `T`. The front's limits apply as to any request: `Origin`, authentication (before anything
+//! `T`. An SSE body is relayed event by event through the policy stage
+//! ([`super::passthrough_review`]): the legacy server's questions are reviewed as a 2026-07-28
+//! client's are, and a refused one is answered to the server and never relayed. The front's
+//! limits apply as to any request: `Origin`, authentication (before anything
 //! else is read), body size and deadline, request slots. A POST's response stream is cut after
 //! `upstream.call_timeout` (`limit_hits_total{limit="legacy_passthrough_call_timeout"}`); a GET
 //! stream lives until the client leaves or the gateway shuts down (the client reopens it, on
@@ -42,6 +45,9 @@
 //! answered like a modern-only server answers it: 400, -32022, and the supported versions.
 //! A stateless legacy server (one that issues no session id) can answer `initialize`, but the
 //! client's later requests carry no session id and take the modern path.
+//!
+//! **Off.** `legacy_clients.enabled = false` answers every legacy `initialize`, and every
+//! request on a session opened before, the same way.
 
 use std::convert::Infallible;
 
@@ -55,6 +61,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::deps::Front;
 use super::long_lived::{self, StreamPlace, StreamRefusal};
+use super::passthrough_review::{AskingCall, Screen};
 use super::respond::Body;
 use crate::auth::Authenticator;
 use crate::caller_scope::Caller;
@@ -151,6 +158,9 @@ pub async fn serve_session(
     principal: &str,
     caller: &Caller,
 ) -> Result<Response<Body>, Rejection> {
+    if !front.config().legacy_clients.enabled {
+        return Err(passthrough_off(None));
+    }
     let Some((token, ticket)) = ticket_of(front, headers) else {
         return Err(unknown_session(RejectionKind::LegacySessionUnknown));
     };
@@ -237,6 +247,9 @@ pub async fn serve_initialize(
     params: Option<&Value>,
     principal: &str,
 ) -> Result<Response<Body>, Rejection> {
+    if !front.config().legacy_clients.enabled {
+        return Err(passthrough_off(params));
+    }
     if !matches!(*front.sessions.upstream(), Upstream::Http(_)) {
         let requested = params
             .and_then(|p| p.get("protocolVersion"))
@@ -266,6 +279,20 @@ pub async fn serve_initialize(
         },
     )
     .await
+}
+
+/// The answer to a legacy client when `legacy_clients.enabled = false`: what a 2026-07-28-only
+/// server answers a legacy `initialize` (400, -32022, the supported versions).
+fn passthrough_off(params: Option<&Value>) -> Rejection {
+    let requested = params
+        .and_then(|p| p.get("protocolVersion"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    Rejection::new(
+        RejectionKind::LegacyPassthroughUnavailable,
+        "this gateway serves only protocol version 2026-07-28 clients (legacy_clients.enabled = false)",
+    )
+    .with_data(serde_json::json!({"supported": SUPPORTED_VERSIONS, "requested": requested}))
 }
 
 struct Forward<'a> {
@@ -313,6 +340,10 @@ async fn forward(
     }
     front.metrics.passed_through(f.kind);
     let get = f.method == Method::GET;
+    // What an answer to a refused question carries: the same credentials and session.
+    let mut answer_headers = out.clone();
+    answer_headers.remove(LAST_EVENT_ID);
+    let asking = f.body.as_deref().and_then(AskingCall::of_body);
     let resp = http
         .send(f.method, out, f.body)
         .await
@@ -356,11 +387,36 @@ async fn forward(
             SESSION_HEADER,
             HeaderValue::from_str(&client_id).expect("sealed ids are visible ASCII"),
         );
+        // `initialize` learns the session here.
+        answer_headers.insert(
+            SESSION_HEADER,
+            HeaderValue::from_str(sid).expect("checked visible ASCII above"),
+        );
     }
-    if crate::legacy::http::is_sse(&parts.headers) {
-        r.headers_mut()
-            .insert("x-accel-buffering", HeaderValue::from_static("no"));
-    }
+    // Every SSE body may carry the legacy server's questions, and a JSON body a -32042 error
+    // with URLs for the client: each passes the policy stage.
+    let sse = crate::legacy::http::is_sse(&parts.headers);
+    let json = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("application/json"));
+    let screen = (sse || json).then(|| {
+        let screen = Screen::new(
+            front.engine.clone(),
+            upstream.clone(),
+            answer_headers,
+            asking,
+            front.limits.clone(),
+        );
+        if sse {
+            r.headers_mut()
+                .insert("x-accel-buffering", HeaderValue::from_static("no"));
+            screen
+        } else {
+            screen.for_json()
+        }
+    });
     let ends = if get {
         // The standalone stream: until the client leaves or the gateway shuts down.
         Ends {
@@ -375,7 +431,7 @@ async fn forward(
             hits: front.limits.clone(),
         }
     };
-    *r.body_mut() = relay(body, ends);
+    *r.body_mut() = relay(body, ends, screen);
     Ok(r)
 }
 
@@ -401,26 +457,52 @@ async fn reached(d: Option<Instant>) {
     }
 }
 
-/// The upstream body, frame by frame as it arrives; an upstream error ends it.
-fn relay(body: Incoming, ends: Ends) -> Body {
-    let frames = futures_util::stream::unfold((body, ends), |(mut body, ends)| async move {
-        let next = tokio::select! {
-            biased;
-            _ = cancelled(&ends.shutdown) => return None,
-            _ = reached(ends.deadline) => {
-                ends.hits.hit(Limit::LegacyPassthroughCallTimeout);
-                tracing::warn!("cut a passed-through legacy response at upstream.call_timeout");
-                return None;
-            }
-            f = body.frame() => f,
-        };
-        match next {
-            Some(Ok(frame)) => Some((Ok::<_, Infallible>(frame), (body, ends))),
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "a passed-through legacy response broke");
-                None
-            }
-            None => None,
+/// The upstream body, frame by frame as it arrives; an upstream error ends it. An SSE body
+/// goes through `screen` (the policy stage on the legacy server's questions) event by event,
+/// a JSON body whole once it has arrived.
+fn relay(body: Incoming, ends: Ends, screen: Option<Screen>) -> Body {
+    let start = (body, ends, screen);
+    let frames = futures_util::stream::unfold(start, |(mut body, ends, mut screen)| async move {
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = cancelled(&ends.shutdown) => return None,
+                _ = reached(ends.deadline) => {
+                    ends.hits.hit(Limit::LegacyPassthroughCallTimeout);
+                    tracing::warn!("cut a passed-through legacy response at upstream.call_timeout");
+                    return None;
+                }
+                f = body.frame() => f,
+            };
+            let frame = match next {
+                Some(Ok(frame)) => frame,
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "a passed-through legacy response broke");
+                    return None;
+                }
+                None => {
+                    // A gathered JSON body goes out now, reviewed.
+                    let tail = match screen.take() {
+                        Some(mut s) => s.finish().await,
+                        None => Bytes::new(),
+                    };
+                    if tail.is_empty() {
+                        return None;
+                    }
+                    let frame = hyper::body::Frame::data(tail);
+                    return Some((Ok::<_, Infallible>(frame), (body, ends, None)));
+                }
+            };
+            let frame = match (&mut screen, frame.into_data()) {
+                (Some(s), Ok(data)) => match s.feed(&data).await {
+                    Ok(out) if out.is_empty() => continue,
+                    Ok(out) => hyper::body::Frame::data(out),
+                    Err(_) => return None,
+                },
+                (_, Ok(data)) => hyper::body::Frame::data(data),
+                (_, Err(frame)) => frame,
+            };
+            return Some((Ok::<_, Infallible>(frame), (body, ends, screen)));
         }
     });
     StreamBody::new(frames).boxed_unsync()

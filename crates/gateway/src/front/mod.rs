@@ -13,6 +13,7 @@ pub mod listen;
 mod listen_filter;
 pub mod listener;
 pub mod long_lived;
+pub mod passthrough_review;
 pub mod request_body;
 pub mod respond;
 pub mod tls;

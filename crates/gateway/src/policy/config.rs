@@ -171,6 +171,17 @@ impl PolicyConfig {
     pub fn allowed_for(&self, method: &str, name: Option<&str>) -> Allowed {
         call_rule::first_match(&self.rules, method, name).map_or(Allowed::ALL, |r| r.allow)
     }
+
+    /// The kinds a question may be when the call that asked it is unknown (a passed-through
+    /// legacy client's standalone GET stream, or a request that is not a call): only the
+    /// kinds every rule allows, so no call can ask there what its own rule forbids.
+    pub fn allowed_for_any_call(&self) -> Allowed {
+        self.rules.iter().fold(Allowed::ALL, |a, r| Allowed {
+            elicitation: a.elicitation && r.allow.elicitation,
+            sampling: a.sampling && r.allow.sampling,
+            roots: a.roots && r.allow.roots,
+        })
+    }
 }
 
 fn patterns(key: &str, raw: &[String]) -> Result<Vec<HostPattern>, ConfigError> {

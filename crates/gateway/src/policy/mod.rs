@@ -3,13 +3,17 @@
 //! Every question a legacy server asks — a server request on the call stream or the standalone
 //! GET stream, or a URL elicitation carried by a legacy -32042 error; in a first round, a
 //! replay or a resumed parked call alike — passes through [`Stage::review`] after capture and
-//! before it can become an `inputRequests` entry. The review, in order:
+//! before it can become an `inputRequests` entry. The dual-era front puts the questions
+//! relayed to passed-through legacy clients through the same stage
+//! (`front::passthrough_review`; [`Stage::review_unattributed`] where the asking call is
+//! unknown). The review, in order:
 //!
 //! 1. **Rules** (`[[policy.rules]]`, first match on method and tool/prompt name or resource
 //!    URI): a kind the call may not ask is refused (`kind_not_allowed`).
 //! 2. **Shape**: the entry must be a valid 2026-07-28 `InputRequest` ([`question_schema`]);
 //!    otherwise it is refused as `malformed`.
-//! 3. **URL safety** (URL-mode elicitation): [`url::check`] against `[policy.url]`.
+//! 3. **URL safety** (URL-mode elicitation): [`url::judge`] against `[policy.url]`; a URL
+//!    that passes is rewritten to the normalised form that was judged.
 //! 4. **Sampling cap**: a `maxTokens` above `policy.sampling.max_tokens` is lowered to it (the
 //!    question passes, rewritten).
 //!
@@ -120,6 +124,19 @@ pub fn decide(
     method: &str,
     name: Option<&str>,
     kind: InputKind,
+    request: Value,
+) -> Result<Passed, Refusal> {
+    let allowed = policy.allowed_for(method, name);
+    decide_as(policy, allowed, method, name, kind, request)
+}
+
+/// [`decide`] with the kinds the call may ask already known.
+fn decide_as(
+    policy: &PolicyConfig,
+    allowed: config::Allowed,
+    method: &str,
+    name: Option<&str>,
+    kind: InputKind,
     mut request: Value,
 ) -> Result<Passed, Refusal> {
     let refuse = |reason, detail: String, url| {
@@ -130,7 +147,7 @@ pub fn decide(
             url,
         })
     };
-    if !policy.allowed_for(method, name).allows(kind) {
+    if !allowed.allows(kind) {
         let what = match kind {
             InputKind::ElicitForm | InputKind::ElicitUrl => "elicitation",
             InputKind::Sampling => "sampling",
@@ -150,12 +167,20 @@ pub fn decide(
             .pointer("/params/url")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        if let Err(refused) = url::check(raw, &policy.url) {
-            return refuse(
-                RefusalReason::Url(refused.refusal),
-                refused.refusal.describe(&policy.url),
-                refused.origin,
-            );
+        match url::judge(raw, &policy.url) {
+            Err(refused) => {
+                return refuse(
+                    RefusalReason::Url(refused.refusal),
+                    refused.refusal.describe(&policy.url),
+                    refused.origin,
+                );
+            }
+            // The client is shown the text that was judged, not the text that was sent.
+            Ok(judged) => {
+                if let Some(slot) = request.pointer_mut("/params/url") {
+                    *slot = Value::String(judged.shown);
+                }
+            }
         }
     }
     let mut clamped_from = None;
@@ -190,7 +215,28 @@ impl Stage<'_> {
         kind: InputKind,
         request: Value,
     ) -> Result<Value, Refusal> {
-        match decide(self.policy, method, name, kind, request) {
+        let decided = decide(self.policy, method, name, kind, request);
+        self.record(method, name, decided)
+    }
+
+    /// Reviews a question whose call is unknown (a passed-through legacy client's GET
+    /// stream, or a request that is not a call): it may be only a kind every
+    /// `[[policy.rules]]` entry allows ([`PolicyConfig::allowed_for_any_call`]).
+    pub fn review_unattributed(&self, kind: InputKind, request: Value) -> Result<Value, Refusal> {
+        let allowed = self.policy.allowed_for_any_call();
+        let method = "(no call)";
+        let decided = decide_as(self.policy, allowed, method, None, kind, request);
+        self.record(method, None, decided)
+    }
+
+    /// Counts and logs a decision.
+    fn record(
+        &self,
+        method: &str,
+        name: Option<&str>,
+        decided: Result<Passed, Refusal>,
+    ) -> Result<Value, Refusal> {
+        match decided {
             Ok(passed) => {
                 if let Some(asked) = passed.clamped_from {
                     self.metrics.max_tokens_clamped();

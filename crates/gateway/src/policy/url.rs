@@ -20,7 +20,17 @@
 //!    (`2130706433`, `0x7f000001`, `0177.0.0.1`, `127.1` all parse to 127.0.0.1), IPv6, and
 //!    IPv6 forms that embed an IPv4 address (mapped `::ffff:a.b.c.d`, NAT64 `64:ff9b::/96`,
 //!    6to4 `2002::/16`), which are judged by that address;
-//! 8. matches `deny_hosts`, or `allow_hosts` is non-empty and the host matches none of it.
+//! 8. matches `deny_hosts`, or `allow_hosts` is non-empty and the host matches none of it;
+//! 9. reads differently to a plain RFC 3986 parser (Python's `urllib` and `httpx`, curl, most
+//!    HTTP libraries) than to the WHATWG parser: the scheme, host or port found in the text as
+//!    written must be the ones the WHATWG parser judged. `https://a.example\@127.0.0.1/` is
+//!    host `a.example` to a browser (a backslash ends the authority) but host `127.0.0.1` to
+//!    `httpx` (everything before the `@` is userinfo); it is refused (`url_parser_mismatch`).
+//!
+//! A URL that passes is shown to the client as the WHATWG parser serialises it ([`Judged::
+//! shown`]), never as the legacy server wrote it, so the client opens the URL that was judged
+//! even where the two texts differ in ways the checks above let through (a backslash in the
+//! path, an IPv4 address written as one number, a host in Unicode).
 //!
 //! Host names are compared in the form the parser yields: lower case, internationalised
 //! names in their ASCII (punycode) form, one trailing dot ignored. A look-alike name in
@@ -70,6 +80,7 @@ pub enum UrlRefusal {
     NonPublicAddress(&'static str),
     HostDenied,
     HostNotAllowed,
+    ParserMismatch,
 }
 
 impl UrlRefusal {
@@ -85,6 +96,7 @@ impl UrlRefusal {
             UrlRefusal::NonPublicAddress(_) => "url_non_public_address",
             UrlRefusal::HostDenied => "url_host_denied",
             UrlRefusal::HostNotAllowed => "url_host_not_allowed",
+            UrlRefusal::ParserMismatch => "url_parser_mismatch",
         }
     }
 
@@ -112,6 +124,11 @@ impl UrlRefusal {
             }
             UrlRefusal::HostDenied => "the host matches policy.url.deny_hosts".into(),
             UrlRefusal::HostNotAllowed => "the host is not in policy.url.allow_hosts".into(),
+            UrlRefusal::ParserMismatch => {
+                "the URL's scheme, host or port reads differently to other URL parsers \
+                 (a backslash, an '@' or an escape in the authority)"
+                    .into()
+            }
         }
     }
 }
@@ -131,8 +148,22 @@ pub struct Refused {
     pub origin: Option<UrlOrigin>,
 }
 
+/// A URL that passed: what may be logged of it, and the text to show the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judged {
+    pub origin: UrlOrigin,
+    /// The WHATWG serialisation of the URL that was judged.
+    pub shown: String,
+}
+
 /// Checks `raw` against `policy`; on success returns what may be logged of it.
 pub fn check(raw: &str, policy: &UrlPolicy) -> Result<UrlOrigin, Refused> {
+    judge(raw, policy).map(|j| j.origin)
+}
+
+/// Checks `raw` against `policy`; on success returns what may be logged of it and the
+/// normalised text the client is to be shown.
+pub fn judge(raw: &str, policy: &UrlPolicy) -> Result<Judged, Refused> {
     let refuse = |refusal, origin| Err(Refused { refusal, origin });
     if raw.len() > policy.max_length {
         return refuse(UrlRefusal::TooLong, None);
@@ -191,7 +222,67 @@ pub fn check(raw: &str, policy: &UrlPolicy) -> Result<UrlOrigin, Refused> {
     if !policy.allow_hosts.is_empty() && !policy.allow_hosts.iter().any(|p| p.matches(&name)) {
         return refuse(UrlRefusal::HostNotAllowed, Some(origin));
     }
-    Ok(origin)
+    if !plain_reading_agrees(raw, &url) {
+        return refuse(UrlRefusal::ParserMismatch, Some(origin));
+    }
+    Ok(Judged {
+        origin,
+        shown: url.as_str().to_string(),
+    })
+}
+
+/// Whether a plain RFC 3986 reading of `raw` — `scheme://authority` with the authority ending
+/// at the first `/`, `?` or `#`, userinfo up to the last `@`, the port after the last `:` —
+/// finds the scheme, host and port the WHATWG parser found in `url`. The host as written is
+/// put through the WHATWG host parser before comparing, so spellings that mean the same host
+/// to everyone (case, a trailing dot, an IPv4 address as one number, Unicode) agree.
+fn plain_reading_agrees(raw: &str, url: &Url) -> bool {
+    let Some((scheme, rest)) = raw.split_once("://") else {
+        // `https:host` and `https:/host` are host URLs to WHATWG, hostless to RFC 3986.
+        return false;
+    };
+    if !scheme.eq_ignore_ascii_case(url.scheme()) {
+        return false;
+    }
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    // A backslash, a second `@` or an escape in the authority is read differently by
+    // different parsers; WHATWG-only spellings have no place in a URL shown to a client.
+    if authority.contains(['\\', '@', '%']) {
+        return false;
+    }
+    let (host, port) = if let Some(v6_end) = authority.strip_prefix('[').and_then(|a| a.find(']')) {
+        let after = &authority[v6_end + 2..];
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(p),
+            None if after.is_empty() => None,
+            None => return false,
+        };
+        (&authority[..v6_end + 2], port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    let port_agrees = match port {
+        None | Some("") => url.port().is_none(),
+        Some(p) => {
+            p.bytes().all(|b| b.is_ascii_digit())
+                && p.parse::<u16>().ok() == url.port_or_known_default()
+        }
+    };
+    if !port_agrees {
+        return false;
+    }
+    let Ok(parsed) = Host::parse(host) else {
+        return false;
+    };
+    let judged = url.host().map(|h| h.to_owned());
+    match (parsed, judged) {
+        (Host::Domain(a), Some(Host::Domain(b))) => normalize_host(&a) == normalize_host(&b),
+        (a, Some(b)) => a == b,
+        (_, None) => false,
+    }
 }
 
 /// Control characters (C0, DEL, C1) and the bidirectional controls that reorder what is
@@ -411,6 +502,25 @@ mod tests {
             ("https://[2002:c0a8:101::1]/", "url_non_public_address"),
             ("https://[2002:808:808::1]/", "pass"),
             ("https://[fbff::1]/", "pass"),
+            // Texts other parsers read with another scheme, host or port.
+            (
+                "https://auth.example.com\\@127.0.0.1:8443/steal",
+                "url_parser_mismatch",
+            ),
+            ("https://example.com\\@evil.example/", "url_parser_mismatch"),
+            ("https://example.com\\.evil.example/", "url_parser_mismatch"),
+            ("https:example.com/", "url_parser_mismatch"),
+            ("https:/example.com/", "url_parser_mismatch"),
+            ("https:\\\\example.com/", "url_parser_mismatch"),
+            ("https:///example.com/", "url_parser_mismatch"),
+            ("https://example.com:0x1bb/", "url_invalid"),
+            // Spellings every parser agrees on.
+            ("https://example.com:443/", "pass"),
+            ("https://example.com:/", "pass"),
+            ("https://example.com:08443/", "pass"),
+            ("https://example.com/a\\b", "pass"),
+            ("https://[2606:4700:4700::1111]:8443/", "pass"),
+            ("HTTPS://Example.com/", "pass"),
         ];
         let mut wrong = Vec::new();
         for (url, want) in table {
@@ -420,6 +530,28 @@ mod tests {
             }
         }
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    #[test]
+    fn the_client_is_shown_what_was_judged() {
+        let shown = |url| judge(url, &policy()).unwrap().shown;
+        assert_eq!(shown("https://example.com/a\\b"), "https://example.com/a/b");
+        assert_eq!(shown("https://1572395042/x"), "https://93.184.216.34/x");
+        assert_eq!(
+            shown("https://bücher.example/"),
+            "https://xn--bcher-kva.example/"
+        );
+        assert_eq!(
+            shown("HTTPS://Example.COM:443/p?q#f"),
+            "https://example.com/p?q#f"
+        );
+        let p = UrlPolicy {
+            allow_hosts: vec![HostPattern::parse("auth.example.com").unwrap()],
+            ..policy()
+        };
+        let r = judge("https://auth.example.com\\@127.0.0.1:8443/steal", &p).unwrap_err();
+        assert_eq!(r.refusal, UrlRefusal::ParserMismatch);
+        assert_eq!(r.origin.unwrap().host, "auth.example.com");
     }
 
     #[test]
