@@ -2,14 +2,11 @@
 //! free loopback port with a configuration in a temporary directory (one process, no daemon,
 //! nothing written outside that directory). `scripts/test.sh` installs it.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
-
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 use super::peers::tempdir::TempDir;
 use super::tls::Leaf;
+use mrtr_testkit::nginx::ProxyConf;
 
 /// What the TLS front presents and asks for.
 pub struct NginxTls<'a> {
@@ -26,15 +23,6 @@ pub struct Nginx {
     child: Child,
     pub port: u16,
     dir: TempDir,
-}
-
-fn nginx_binary() -> PathBuf {
-    for p in ["/usr/sbin/nginx", "/usr/bin/nginx"] {
-        if Path::new(p).exists() {
-            return PathBuf::from(p);
-        }
-    }
-    panic!("nginx is not installed: run scripts/test.sh (it installs Debian's nginx-light)");
 }
 
 impl Nginx {
@@ -74,73 +62,22 @@ impl Nginx {
             None => String::new(),
         };
         let port = super::free_port();
-        let conf = format!(
-            r#"daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 256; }}
-http {{
-    access_log off;
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    server {{
-        listen 127.0.0.1:{port} ssl;
-        server_name localhost;
-        ssl_certificate {d}/server.crt;
-        ssl_certificate_key {d}/server.key;
-        {client_auth}
-        location / {{
-            {bearer}
-            proxy_pass http://127.0.0.1:{backend_port};
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-            proxy_request_buffering off;
-            proxy_cache off;
-            proxy_read_timeout 120s;
-        }}
-    }}
-}}
-"#,
+        let server_extra = format!(
+            "ssl_certificate {d}/server.crt;\n        ssl_certificate_key {d}/server.key;\n        {client_auth}",
             d = d.display()
         );
-        std::fs::write(d.join("nginx.conf"), conf).unwrap();
-        let mut child = Command::new(nginx_binary())
-            .arg("-p")
-            .arg(d)
-            .arg("-e")
-            .arg(d.join("error.log"))
-            .arg("-c")
-            .arg(d.join("nginx.conf"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| format!("cannot run nginx: {e}"))?;
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                let log = std::fs::read_to_string(d.join("error.log")).unwrap_or_default();
-                return Err(format!("nginx exited with {status}: {log}"));
-            }
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                return Ok(Nginx { child, port, dir });
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill().await;
-                return Err("nginx did not listen within 15 s".into());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let backend = format!("127.0.0.1:{backend_port}");
+        let conf = ProxyConf {
+            dir: d,
+            listen: format!("127.0.0.1:{port} ssl"),
+            backend: &backend,
+            keepalive: 0,
+            server_extra: &server_extra,
+            location_extra: &bearer,
+            log_level: "info",
+        };
+        let child = conf.start(port).await?;
+        Ok(Nginx { child, port, dir })
     }
 
     /// nginx's error log so far (for assertion messages).
