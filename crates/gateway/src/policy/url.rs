@@ -19,7 +19,9 @@
 //! 7. is an IP literal outside public unicast space: IPv4 in any form a browser accepts
 //!    (`2130706433`, `0x7f000001`, `0177.0.0.1`, `127.1` all parse to 127.0.0.1), IPv6, and
 //!    IPv6 forms that embed an IPv4 address (mapped `::ffff:a.b.c.d`, NAT64 `64:ff9b::/96`,
-//!    6to4 `2002::/16`), which are judged by that address;
+//!    6to4 `2002::/16`), which are judged by that address; the IPv6 special-use blocks that
+//!    no public web server lives in (Teredo, benchmarking, ORCHID, both documentation
+//!    prefixes, SRv6 segment identifiers) are refused with the private ranges;
 //! 8. matches `deny_hosts`, or `allow_hosts` is non-empty and the host matches none of it;
 //! 9. reads differently to a plain RFC 3986 parser (Python's `urllib` and `httpx`, curl, most
 //!    HTTP libraries) than to the WHATWG parser: the scheme, host or port found in the text as
@@ -326,7 +328,13 @@ const V6_RANGES: &[(&str, &str)] = &[
     ("::/96", "IPv4-compatible (deprecated)"),
     ("64:ff9b:1::/48", "local-use NAT64"),
     ("100::/64", "discard-only"),
+    ("2001::/32", "Teredo tunnelling"),
+    ("2001:2::/48", "benchmarking"),
+    ("2001:10::/28", "ORCHID (deprecated)"),
+    ("2001:20::/28", "ORCHIDv2 identifiers"),
     ("2001:db8::/32", "documentation"),
+    ("3fff::/20", "documentation"),
+    ("5f00::/16", "SRv6 segment identifiers"),
     ("fc00::/7", "unique local (ULA)"),
     ("fe80::/10", "link-local"),
     ("fec0::/10", "site-local (deprecated)"),
@@ -381,6 +389,18 @@ mod tests {
 
     fn policy() -> UrlPolicy {
         UrlPolicy::default()
+    }
+
+    /// Checks every `(url, reason)` row and reports all the rows that disagree at once.
+    fn check_table(p: &UrlPolicy, table: &[(&str, &str)]) {
+        let mut wrong = Vec::new();
+        for (url, want) in table {
+            let got = reason(url, p);
+            if got != *want {
+                wrong.push(format!("{url:?}: want {want}, got {got}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
 
     fn reason(url: &str, p: &UrlPolicy) -> &'static str {
@@ -522,14 +542,47 @@ mod tests {
             ("https://[2606:4700:4700::1111]:8443/", "pass"),
             ("HTTPS://Example.com/", "pass"),
         ];
-        let mut wrong = Vec::new();
-        for (url, want) in table {
-            let got = reason(url, &p);
-            if got != *want {
-                wrong.push(format!("{url:?}: want {want}, got {got}"));
-            }
-        }
-        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        check_table(&p, table);
+    }
+
+    /// IPv6 special-use blocks beyond loopback/ULA/link-local: each is refused, and the
+    /// address just outside it passes.
+    #[test]
+    fn ipv6_special_use_ranges() {
+        let table: &[(&str, &str)] = &[
+            // IPv4-mapped (::ffff:0:0/96): judged by the IPv4 address it carries.
+            ("https://[::ffff:0:0]/", "url_non_public_address"),
+            ("https://[::ffff:c0a8:101]/", "url_non_public_address"),
+            ("https://[::ffff:192.0.2.1]/", "url_non_public_address"),
+            ("https://[::ffff:5db8:d822]/", "pass"),
+            // Teredo 2001::/32.
+            ("https://[2001::1]/", "url_non_public_address"),
+            (
+                "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",
+                "url_non_public_address",
+            ),
+            ("https://[2001:1::1]/", "pass"),
+            // Benchmarking 2001:2::/48.
+            ("https://[2001:2::1]/", "url_non_public_address"),
+            ("https://[2001:2:0:ffff::1]/", "url_non_public_address"),
+            ("https://[2001:2:1::1]/", "pass"),
+            // ORCHID 2001:10::/28 and ORCHIDv2 2001:20::/28.
+            ("https://[2001:10::1]/", "url_non_public_address"),
+            ("https://[2001:1f:ffff::1]/", "url_non_public_address"),
+            ("https://[2001:20::1]/", "url_non_public_address"),
+            ("https://[2001:2f:ffff::1]/", "url_non_public_address"),
+            ("https://[2001:30::1]/", "pass"),
+            // Documentation 3fff::/20 (besides 2001:db8::/32).
+            ("https://[3fff::1]/", "url_non_public_address"),
+            ("https://[3fff:fff:ffff::1]/", "url_non_public_address"),
+            ("https://[3fff:1000::1]/", "pass"),
+            // SRv6 segment identifiers 5f00::/16.
+            ("https://[5f00::1]/", "url_non_public_address"),
+            ("https://[5f00:ffff::1]/", "url_non_public_address"),
+            ("https://[5f01::1]/", "pass"),
+            ("https://[2a00:1450:4001::200e]/", "pass"),
+        ];
+        check_table(&policy(), table);
     }
 
     #[test]
