@@ -338,6 +338,14 @@ mod tests {
         assert_eq!(r.reason, RefusalReason::Url(UrlRefusal::HostNotAllowed));
         assert_eq!(r.url.as_ref().unwrap().host, "evil.auth.example.com");
         assert!(!r.detail.contains("token"), "{}", r.detail);
+        let r = d(
+            "other",
+            InputKind::ElicitUrl,
+            url_question("https://metadata.google.internal/computeMetadata/v1/"),
+        )
+        .unwrap_err();
+        assert_eq!(r.reason, RefusalReason::Url(UrlRefusal::InternalName));
+        assert_eq!(r.reason.as_str(), "url_internal_name");
 
         // Sampling cap.
         let clamped = d("other", InputKind::Sampling, sampling_question(100_000)).unwrap();

@@ -22,7 +22,11 @@
 //!    6to4 `2002::/16`), which are judged by that address; the IPv6 special-use blocks that
 //!    no public web server lives in (Teredo, benchmarking, ORCHID, both documentation
 //!    prefixes, SRv6 segment identifiers) are refused with the private ranges;
-//! 8. matches `deny_hosts`, or `allow_hosts` is non-empty and the host matches none of it;
+//! 8. matches `deny_hosts`; or is a single-label name (`https://router/`) or a name under
+//!    `.internal`, `.local`, `.svc`, `.cluster.local` or `.home.arpa`
+//!    (`metadata.google.internal`, `kubernetes.default.svc`) that `allow_hosts` does not
+//!    list: such names lead into the client's own network (an explicit allow wins, a deny
+//!    still beats it); or `allow_hosts` is non-empty and the host matches none of it;
 //! 9. reads differently to a plain RFC 3986 parser (Python's `urllib` and `httpx`, curl, most
 //!    HTTP libraries) than to the WHATWG parser: the scheme, host or port found in the text as
 //!    written must be the ones the WHATWG parser judged. `https://a.example\@127.0.0.1/` is
@@ -81,6 +85,7 @@ pub enum UrlRefusal {
     Localhost,
     NonPublicAddress(&'static str),
     HostDenied,
+    InternalName,
     HostNotAllowed,
     ParserMismatch,
 }
@@ -97,6 +102,7 @@ impl UrlRefusal {
             UrlRefusal::Localhost => "url_localhost",
             UrlRefusal::NonPublicAddress(_) => "url_non_public_address",
             UrlRefusal::HostDenied => "url_host_denied",
+            UrlRefusal::InternalName => "url_internal_name",
             UrlRefusal::HostNotAllowed => "url_host_not_allowed",
             UrlRefusal::ParserMismatch => "url_parser_mismatch",
         }
@@ -125,6 +131,11 @@ impl UrlRefusal {
                 format!("the URL's host is an IP address in a non-public range ({range})")
             }
             UrlRefusal::HostDenied => "the host matches policy.url.deny_hosts".into(),
+            UrlRefusal::InternalName => {
+                "the host is a single-label or internal name (.internal, .local, .svc, \
+                 .home.arpa, ...); list it in policy.url.allow_hosts to let it through"
+                    .into()
+            }
             UrlRefusal::HostNotAllowed => "the host is not in policy.url.allow_hosts".into(),
             UrlRefusal::ParserMismatch => {
                 "the URL's scheme, host or port reads differently to other URL parsers \
@@ -197,12 +208,14 @@ pub fn judge(raw: &str, policy: &UrlPolicy) -> Result<Judged, Refused> {
     if raw_authority(raw).contains('%') {
         return refuse(UrlRefusal::EncodedHost, Some(origin));
     }
+    let mut internal = false;
     let name = match host {
         Host::Domain(d) => {
             let name = normalize_host(d);
             if name == "localhost" || name.ends_with(".localhost") {
                 return refuse(UrlRefusal::Localhost, Some(origin));
             }
+            internal = is_internal_name(&name);
             name
         }
         Host::Ipv4(ip) => {
@@ -221,7 +234,11 @@ pub fn judge(raw: &str, policy: &UrlPolicy) -> Result<Judged, Refused> {
     if policy.deny_hosts.iter().any(|p| p.matches(&name)) {
         return refuse(UrlRefusal::HostDenied, Some(origin));
     }
-    if !policy.allow_hosts.is_empty() && !policy.allow_hosts.iter().any(|p| p.matches(&name)) {
+    let listed = policy.allow_hosts.iter().any(|p| p.matches(&name));
+    if internal && !listed {
+        return refuse(UrlRefusal::InternalName, Some(origin));
+    }
+    if !policy.allow_hosts.is_empty() && !listed {
         return refuse(UrlRefusal::HostNotAllowed, Some(origin));
     }
     if !plain_reading_agrees(raw, &url) {
@@ -285,6 +302,28 @@ fn plain_reading_agrees(raw: &str, url: &Url) -> bool {
         (a, Some(b)) => a == b,
         (_, None) => false,
     }
+}
+
+/// Name suffixes that only resolve inside a site, a cluster or a home network (and the
+/// zones themselves). `localhost` is refused earlier under its own reason.
+const INTERNAL_SUFFIXES: &[&str] = &[
+    "internal",
+    "local",
+    "localhost",
+    "svc",
+    "cluster.local",
+    "home.arpa",
+];
+
+/// Whether `name` (normalised) is a single label (`router`) or sits under one of
+/// [`INTERNAL_SUFFIXES`] (`metadata.google.internal`, `kubernetes.default.svc`): names that
+/// point into the client's own network, whatever public DNS says.
+fn is_internal_name(name: &str) -> bool {
+    !name.contains('.')
+        || INTERNAL_SUFFIXES.iter().any(|suffix| {
+            name.strip_suffix(suffix)
+                .is_some_and(|head| head.is_empty() || head.ends_with('.'))
+        })
 }
 
 /// Control characters (C0, DEL, C1) and the bidirectional controls that reorder what is
@@ -583,6 +622,71 @@ mod tests {
             ("https://[2a00:1450:4001::200e]/", "pass"),
         ];
         check_table(&policy(), table);
+    }
+
+    #[test]
+    fn internal_and_single_label_names() {
+        let table: &[(&str, &str)] = &[
+            ("https://router/", "url_internal_name"),
+            ("https://Router./admin", "url_internal_name"),
+            ("https://intranet:8443/", "url_internal_name"),
+            (
+                "https://metadata.google.internal/computeMetadata/v1/",
+                "url_internal_name",
+            ),
+            ("https://a.b.INTERNAL./", "url_internal_name"),
+            ("https://internal/", "url_internal_name"),
+            ("https://printer.local/", "url_internal_name"),
+            (
+                "https://api.default.svc.cluster.local/",
+                "url_internal_name",
+            ),
+            ("https://kubernetes.default.svc/", "url_internal_name"),
+            ("https://nas.home.arpa/", "url_internal_name"),
+            ("https://home.arpa/", "url_internal_name"),
+            // localhost keeps its own reason.
+            ("https://app.localhost/", "url_localhost"),
+            // Look-alikes that are public names.
+            ("https://internal.example.com/", "pass"),
+            ("https://myinternal.com/", "pass"),
+            ("https://local.example/", "pass"),
+            ("https://notsvc.example/", "pass"),
+            ("https://svc.example/", "pass"),
+            ("https://arpa.example/", "pass"),
+            ("https://xinternal/", "url_internal_name"),
+        ];
+        check_table(&policy(), table);
+
+        // An explicit allow wins; a deny still beats it; unlisted internal names keep
+        // their own reason under an allow-list.
+        let p = UrlPolicy {
+            allow_hosts: vec![
+                HostPattern::parse("router").unwrap(),
+                HostPattern::parse("*.corp.internal").unwrap(),
+                HostPattern::parse("auth.example.com").unwrap(),
+            ],
+            deny_hosts: vec![HostPattern::parse("vault.corp.internal").unwrap()],
+            ..policy()
+        };
+        let table: &[(&str, &str)] = &[
+            ("https://router/", "pass"),
+            ("https://ROUTER./x", "pass"),
+            ("https://sso.corp.internal/", "pass"),
+            ("https://vault.corp.internal/", "url_host_denied"),
+            ("https://corp.internal/", "url_internal_name"),
+            ("https://switch/", "url_internal_name"),
+            ("https://metadata.google.internal/", "url_internal_name"),
+            ("https://auth.example.com/", "pass"),
+            ("https://other.example.com/", "url_host_not_allowed"),
+        ];
+        check_table(&p, table);
+        assert_eq!(
+            judge("https://router/", &policy())
+                .unwrap_err()
+                .refusal
+                .reason(),
+            "url_internal_name"
+        );
     }
 
     #[test]
