@@ -8,7 +8,8 @@
 //!
 //! In order, a URL is refused when it:
 //! 1. is longer than `max_length` bytes, or contains a control character (C0, DEL, C1) or a
-//!    bidirectional-override character anywhere, or leading/trailing whitespace (a browser
+//!    Unicode format character (`Cf`: bidi controls, zero-width characters, soft hyphen,
+//!    tags) anywhere, or leading/trailing whitespace (a browser
 //!    strips or ignores some of these, so what the user reads is not what opens);
 //! 2. does not parse, or has no host;
 //! 3. is not `https` (`http` only with `allow_http`);
@@ -116,7 +117,8 @@ impl UrlRefusal {
                 policy.max_length
             ),
             UrlRefusal::ControlCharacters => {
-                "the URL contains control, bidi-override or surrounding whitespace characters"
+                "the URL contains control, invisible format (incl. bidi) or surrounding \
+                 whitespace characters"
                     .into()
             }
             UrlRefusal::Invalid => "the URL does not parse or has no host".into(),
@@ -326,11 +328,56 @@ fn is_internal_name(name: &str) -> bool {
         })
 }
 
-/// Control characters (C0, DEL, C1) and the bidirectional controls that reorder what is
-/// displayed.
+/// Control characters (C0, DEL, C1: general category `Cc`) and format characters (`Cf`),
+/// which include every bidirectional control (marks, embeddings, overrides, isolates, the
+/// Arabic letter mark U+061C) and the invisible ones (zero-width space and joiners, soft
+/// hyphen, word joiner, BOM, tag characters). None belongs in a URL a person reads before
+/// opening it.
 fn is_deceptive_char(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    c.is_control() || is_format_char(c)
+}
+
+/// Every code point of general category `Cf` (format), as of Unicode 16.0, as inclusive
+/// ranges in ascending order. The standard library has no query for it (`char::is_control`
+/// is `Cc` only), and the list is short and rarely changes, so it is kept here rather than
+/// in a dependency; the test `format_table_is_sorted_and_complete` checks its shape.
+const FORMAT_CHARS: &[(char, char)] = &[
+    ('\u{00AD}', '\u{00AD}'),   // soft hyphen
+    ('\u{0600}', '\u{0605}'),   // Arabic number signs
+    ('\u{061C}', '\u{061C}'),   // Arabic letter mark (bidi)
+    ('\u{06DD}', '\u{06DD}'),   // Arabic end of ayah
+    ('\u{070F}', '\u{070F}'),   // Syriac abbreviation mark
+    ('\u{0890}', '\u{0891}'),   // Arabic pound / piastre mark above
+    ('\u{08E2}', '\u{08E2}'),   // Arabic disputed end of ayah
+    ('\u{180E}', '\u{180E}'),   // Mongolian vowel separator
+    ('\u{200B}', '\u{200F}'),   // zero-width space, ZWNJ, ZWJ, LRM, RLM
+    ('\u{202A}', '\u{202E}'),   // bidi embeddings and overrides
+    ('\u{2060}', '\u{2064}'),   // word joiner, invisible operators
+    ('\u{2066}', '\u{206F}'),   // bidi isolates, deprecated format controls
+    ('\u{FEFF}', '\u{FEFF}'),   // zero-width no-break space (BOM)
+    ('\u{FFF9}', '\u{FFFB}'),   // interlinear annotation controls
+    ('\u{110BD}', '\u{110BD}'), // Kaithi number sign
+    ('\u{110CD}', '\u{110CD}'), // Kaithi number sign above
+    ('\u{13430}', '\u{1343F}'), // Egyptian hieroglyph format controls
+    ('\u{1BCA0}', '\u{1BCA3}'), // shorthand format controls
+    ('\u{1D173}', '\u{1D17A}'), // musical symbol format controls
+    ('\u{E0001}', '\u{E0001}'), // language tag
+    ('\u{E0020}', '\u{E007F}'), // tag characters
+];
+
+/// Whether `c` is of general category `Cf`.
+fn is_format_char(c: char) -> bool {
+    FORMAT_CHARS
+        .binary_search_by(|&(lo, hi)| {
+            if hi < c {
+                std::cmp::Ordering::Less
+            } else if lo > c {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_ok()
 }
 
 /// The host (and port) as written: between `scheme://` (and any userinfo) and the path.
@@ -687,6 +734,97 @@ mod tests {
                 .reason(),
             "url_internal_name"
         );
+    }
+
+    #[test]
+    fn format_and_bidi_characters_are_refused() {
+        let p = policy();
+        // Every bidi control, wherever it sits in the URL.
+        let bidi = [
+            '\u{061C}', '\u{200E}', '\u{200F}', '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}',
+            '\u{202E}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}',
+        ];
+        // The other format characters, one from each range of the table.
+        let other = [
+            '\u{00AD}',
+            '\u{0600}',
+            '\u{0605}',
+            '\u{06DD}',
+            '\u{070F}',
+            '\u{0890}',
+            '\u{08E2}',
+            '\u{180E}',
+            '\u{200B}',
+            '\u{200C}',
+            '\u{200D}',
+            '\u{2060}',
+            '\u{2064}',
+            '\u{206F}',
+            '\u{FEFF}',
+            '\u{FFF9}',
+            '\u{FFFB}',
+            '\u{110BD}',
+            '\u{110CD}',
+            '\u{13430}',
+            '\u{1343F}',
+            '\u{1BCA0}',
+            '\u{1D173}',
+            '\u{E0001}',
+            '\u{E0020}',
+            '\u{E007F}',
+        ];
+        for c in bidi.iter().chain(&other) {
+            for url in [
+                format!("https://example.com/{c}x"),
+                format!("https://exa{c}mple.com/"),
+                format!("https://example.com/?q={c}"),
+                format!("https://example.com/#{c}"),
+            ] {
+                assert_eq!(
+                    reason(&url, &p),
+                    "url_control_characters",
+                    "U+{:04X} in {url:?}",
+                    *c as u32
+                );
+            }
+        }
+        // Neighbours of the ranges are ordinary characters.
+        for c in [
+            '\u{00AC}',
+            '\u{061B}',
+            '\u{061D}',
+            '\u{200A}',
+            '\u{2010}',
+            '\u{2065}',
+            '\u{FEFE}',
+            '\u{FFFC}',
+            '\u{E0000}',
+            '\u{E0080}',
+            'é',
+            '日',
+        ] {
+            assert!(!is_deceptive_char(c), "U+{:04X}", c as u32);
+        }
+    }
+
+    #[test]
+    fn format_table_is_sorted_and_complete() {
+        // Ascending, non-overlapping and not adjacent (adjacent ranges would be one range).
+        for w in FORMAT_CHARS.windows(2) {
+            assert!(
+                w[0].0 <= w[0].1 && (w[0].1 as u32) + 1 < w[1].0 as u32,
+                "{w:?}"
+            );
+        }
+        let total: u32 = FORMAT_CHARS
+            .iter()
+            .map(|&(lo, hi)| hi as u32 - lo as u32 + 1)
+            .sum();
+        // Unicode 16.0 has 170 code points of category Cf.
+        assert_eq!(total, 170);
+        for &(lo, hi) in FORMAT_CHARS {
+            assert!(is_format_char(lo) && is_format_char(hi));
+        }
     }
 
     #[test]
