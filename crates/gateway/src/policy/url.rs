@@ -828,6 +828,38 @@ mod tests {
     }
 
     #[test]
+    fn idn_hosts_are_shown_in_punycode() {
+        let shown = |url| judge(url, &policy()).unwrap().shown;
+        // Whole-script and mixed-script look-alikes of apple.com / auth.example.com: the
+        // client sees the xn-- form, which looks like nothing it trusts.
+        let cases = [
+            (
+                "https://\u{430}\u{440}\u{440}\u{4cf}\u{435}.com/login",
+                "https://xn--80ak6aa92e.com/login",
+            ),
+            ("https://\u{430}pple.com/", "https://xn--pple-43d.com/"),
+            (
+                "https://\u{430}uth.example.com/authorize?state=\u{430}",
+                "https://xn--uth-5cd.example.com/authorize?state=%D0%B0",
+            ),
+            (
+                "https://B\u{dc}CHER.example/",
+                "https://xn--bcher-kva.example/",
+            ),
+            // Full-width letters map to ASCII under IDNA.
+            (
+                "https://\u{ff25}\u{ff38}\u{ff21}\u{ff2d}\u{ff30}\u{ff2c}\u{ff25}.com/",
+                "https://example.com/",
+            ),
+        ];
+        for (raw, want) in cases {
+            let got = shown(raw);
+            assert_eq!(got, want, "{raw:?}");
+            assert!(got.is_ascii(), "{got:?}");
+        }
+    }
+
+    #[test]
     fn the_client_is_shown_what_was_judged() {
         let shown = |url| judge(url, &policy()).unwrap().shown;
         assert_eq!(shown("https://example.com/a\\b"), "https://example.com/a/b");
