@@ -412,6 +412,7 @@ const V6_RANGES: &[(&str, &str)] = &[
     ("::/128", "unspecified"),
     ("::1/128", "loopback"),
     ("::/96", "IPv4-compatible (deprecated)"),
+    ("::ffff:0:0:0/96", "IPv4-translated (SIIT)"),
     ("64:ff9b:1::/48", "local-use NAT64"),
     ("100::/64", "discard-only"),
     ("2001::/32", "Teredo tunnelling"),
@@ -641,6 +642,11 @@ mod tests {
             ("https://[::ffff:c0a8:101]/", "url_non_public_address"),
             ("https://[::ffff:192.0.2.1]/", "url_non_public_address"),
             ("https://[::ffff:5db8:d822]/", "pass"),
+            // IPv4-translated (::ffff:0:0:0/96, one group further left): only meaningful
+            // inside a translator, refused whatever address it carries.
+            ("https://[::ffff:0:7f00:1]/", "url_non_public_address"),
+            ("https://[::ffff:0:5db8:d822]/", "url_non_public_address"),
+            ("https://[::1:ffff:0:5db8:d822]/", "pass"),
             // Teredo 2001::/32.
             ("https://[2001::1]/", "url_non_public_address"),
             (
