@@ -301,6 +301,23 @@ mod tests {
     }
 
     #[test]
+    fn a_url_question_reaches_the_client_with_its_host_in_punycode() {
+        let p = PolicyConfig::from_raw(&config::RawPolicy::default()).unwrap();
+        let passed = decide(
+            &p,
+            "tools/call",
+            Some("login"),
+            InputKind::ElicitUrl,
+            url_question("https://\u{430}pple.com/signin"),
+        )
+        .unwrap();
+        assert_eq!(
+            passed.request,
+            url_question("https://xn--pple-43d.com/signin")
+        );
+    }
+
+    #[test]
     fn each_step_refuses_or_passes() {
         let p = issue_policy();
         let d = |name, kind, q| decide(&p, "tools/call", Some(name), kind, q);
@@ -338,6 +355,14 @@ mod tests {
         assert_eq!(r.reason, RefusalReason::Url(UrlRefusal::HostNotAllowed));
         assert_eq!(r.url.as_ref().unwrap().host, "evil.auth.example.com");
         assert!(!r.detail.contains("token"), "{}", r.detail);
+        let r = d(
+            "other",
+            InputKind::ElicitUrl,
+            url_question("https://metadata.google.internal/computeMetadata/v1/"),
+        )
+        .unwrap_err();
+        assert_eq!(r.reason, RefusalReason::Url(UrlRefusal::InternalName));
+        assert_eq!(r.reason.as_str(), "url_internal_name");
 
         // Sampling cap.
         let clamped = d("other", InputKind::Sampling, sampling_question(100_000)).unwrap();

@@ -8,7 +8,8 @@
 //!
 //! In order, a URL is refused when it:
 //! 1. is longer than `max_length` bytes, or contains a control character (C0, DEL, C1) or a
-//!    bidirectional-override character anywhere, or leading/trailing whitespace (a browser
+//!    Unicode format character (`Cf`: bidi controls, zero-width characters, soft hyphen,
+//!    tags) anywhere, or leading/trailing whitespace (a browser
 //!    strips or ignores some of these, so what the user reads is not what opens);
 //! 2. does not parse, or has no host;
 //! 3. is not `https` (`http` only with `allow_http`);
@@ -19,8 +20,14 @@
 //! 7. is an IP literal outside public unicast space: IPv4 in any form a browser accepts
 //!    (`2130706433`, `0x7f000001`, `0177.0.0.1`, `127.1` all parse to 127.0.0.1), IPv6, and
 //!    IPv6 forms that embed an IPv4 address (mapped `::ffff:a.b.c.d`, NAT64 `64:ff9b::/96`,
-//!    6to4 `2002::/16`), which are judged by that address;
-//! 8. matches `deny_hosts`, or `allow_hosts` is non-empty and the host matches none of it;
+//!    6to4 `2002::/16`), which are judged by that address; the IPv6 special-use blocks that
+//!    no public web server lives in (Teredo, benchmarking, ORCHID, both documentation
+//!    prefixes, SRv6 segment identifiers) are refused with the private ranges;
+//! 8. matches `deny_hosts`; or is a single-label name (`https://router/`) or a name under
+//!    `.internal`, `.local`, `.svc`, `.cluster.local` or `.home.arpa`
+//!    (`metadata.google.internal`, `kubernetes.default.svc`) that `allow_hosts` does not
+//!    list: such names lead into the client's own network (an explicit allow wins, a deny
+//!    still beats it); or `allow_hosts` is non-empty and the host matches none of it;
 //! 9. reads differently to a plain RFC 3986 parser (Python's `urllib` and `httpx`, curl, most
 //!    HTTP libraries) than to the WHATWG parser: the scheme, host or port found in the text as
 //!    written must be the ones the WHATWG parser judged. `https://a.example\@127.0.0.1/` is
@@ -79,6 +86,7 @@ pub enum UrlRefusal {
     Localhost,
     NonPublicAddress(&'static str),
     HostDenied,
+    InternalName,
     HostNotAllowed,
     ParserMismatch,
 }
@@ -95,6 +103,7 @@ impl UrlRefusal {
             UrlRefusal::Localhost => "url_localhost",
             UrlRefusal::NonPublicAddress(_) => "url_non_public_address",
             UrlRefusal::HostDenied => "url_host_denied",
+            UrlRefusal::InternalName => "url_internal_name",
             UrlRefusal::HostNotAllowed => "url_host_not_allowed",
             UrlRefusal::ParserMismatch => "url_parser_mismatch",
         }
@@ -108,7 +117,8 @@ impl UrlRefusal {
                 policy.max_length
             ),
             UrlRefusal::ControlCharacters => {
-                "the URL contains control, bidi-override or surrounding whitespace characters"
+                "the URL contains control, invisible format (incl. bidi) or surrounding \
+                 whitespace characters"
                     .into()
             }
             UrlRefusal::Invalid => "the URL does not parse or has no host".into(),
@@ -123,6 +133,11 @@ impl UrlRefusal {
                 format!("the URL's host is an IP address in a non-public range ({range})")
             }
             UrlRefusal::HostDenied => "the host matches policy.url.deny_hosts".into(),
+            UrlRefusal::InternalName => {
+                "the host is a single-label or internal name (.internal, .local, .svc, \
+                 .home.arpa, ...); list it in policy.url.allow_hosts to let it through"
+                    .into()
+            }
             UrlRefusal::HostNotAllowed => "the host is not in policy.url.allow_hosts".into(),
             UrlRefusal::ParserMismatch => {
                 "the URL's scheme, host or port reads differently to other URL parsers \
@@ -195,12 +210,14 @@ pub fn judge(raw: &str, policy: &UrlPolicy) -> Result<Judged, Refused> {
     if raw_authority(raw).contains('%') {
         return refuse(UrlRefusal::EncodedHost, Some(origin));
     }
+    let mut internal = false;
     let name = match host {
         Host::Domain(d) => {
             let name = normalize_host(d);
             if name == "localhost" || name.ends_with(".localhost") {
                 return refuse(UrlRefusal::Localhost, Some(origin));
             }
+            internal = is_internal_name(&name);
             name
         }
         Host::Ipv4(ip) => {
@@ -219,7 +236,11 @@ pub fn judge(raw: &str, policy: &UrlPolicy) -> Result<Judged, Refused> {
     if policy.deny_hosts.iter().any(|p| p.matches(&name)) {
         return refuse(UrlRefusal::HostDenied, Some(origin));
     }
-    if !policy.allow_hosts.is_empty() && !policy.allow_hosts.iter().any(|p| p.matches(&name)) {
+    let listed = policy.allow_hosts.iter().any(|p| p.matches(&name));
+    if internal && !listed {
+        return refuse(UrlRefusal::InternalName, Some(origin));
+    }
+    if !policy.allow_hosts.is_empty() && !listed {
         return refuse(UrlRefusal::HostNotAllowed, Some(origin));
     }
     if !plain_reading_agrees(raw, &url) {
@@ -285,11 +306,78 @@ fn plain_reading_agrees(raw: &str, url: &Url) -> bool {
     }
 }
 
-/// Control characters (C0, DEL, C1) and the bidirectional controls that reorder what is
-/// displayed.
+/// Name suffixes that only resolve inside a site, a cluster or a home network (and the
+/// zones themselves). `localhost` is refused earlier under its own reason.
+const INTERNAL_SUFFIXES: &[&str] = &[
+    "internal",
+    "local",
+    "localhost",
+    "svc",
+    "cluster.local",
+    "home.arpa",
+];
+
+/// Whether `name` (normalised) is a single label (`router`) or sits under one of
+/// [`INTERNAL_SUFFIXES`] (`metadata.google.internal`, `kubernetes.default.svc`): names that
+/// point into the client's own network, whatever public DNS says.
+fn is_internal_name(name: &str) -> bool {
+    !name.contains('.')
+        || INTERNAL_SUFFIXES.iter().any(|suffix| {
+            name.strip_suffix(suffix)
+                .is_some_and(|head| head.is_empty() || head.ends_with('.'))
+        })
+}
+
+/// Control characters (C0, DEL, C1: general category `Cc`) and format characters (`Cf`),
+/// which include every bidirectional control (marks, embeddings, overrides, isolates, the
+/// Arabic letter mark U+061C) and the invisible ones (zero-width space and joiners, soft
+/// hyphen, word joiner, BOM, tag characters). None belongs in a URL a person reads before
+/// opening it.
 fn is_deceptive_char(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    c.is_control() || is_format_char(c)
+}
+
+/// Every code point of general category `Cf` (format), as of Unicode 16.0, as inclusive
+/// ranges in ascending order. The standard library has no query for it (`char::is_control`
+/// is `Cc` only), and the list is short and rarely changes, so it is kept here rather than
+/// in a dependency; the test `format_table_is_sorted_and_complete` checks its shape.
+const FORMAT_CHARS: &[(char, char)] = &[
+    ('\u{00AD}', '\u{00AD}'),   // soft hyphen
+    ('\u{0600}', '\u{0605}'),   // Arabic number signs
+    ('\u{061C}', '\u{061C}'),   // Arabic letter mark (bidi)
+    ('\u{06DD}', '\u{06DD}'),   // Arabic end of ayah
+    ('\u{070F}', '\u{070F}'),   // Syriac abbreviation mark
+    ('\u{0890}', '\u{0891}'),   // Arabic pound / piastre mark above
+    ('\u{08E2}', '\u{08E2}'),   // Arabic disputed end of ayah
+    ('\u{180E}', '\u{180E}'),   // Mongolian vowel separator
+    ('\u{200B}', '\u{200F}'),   // zero-width space, ZWNJ, ZWJ, LRM, RLM
+    ('\u{202A}', '\u{202E}'),   // bidi embeddings and overrides
+    ('\u{2060}', '\u{2064}'),   // word joiner, invisible operators
+    ('\u{2066}', '\u{206F}'),   // bidi isolates, deprecated format controls
+    ('\u{FEFF}', '\u{FEFF}'),   // zero-width no-break space (BOM)
+    ('\u{FFF9}', '\u{FFFB}'),   // interlinear annotation controls
+    ('\u{110BD}', '\u{110BD}'), // Kaithi number sign
+    ('\u{110CD}', '\u{110CD}'), // Kaithi number sign above
+    ('\u{13430}', '\u{1343F}'), // Egyptian hieroglyph format controls
+    ('\u{1BCA0}', '\u{1BCA3}'), // shorthand format controls
+    ('\u{1D173}', '\u{1D17A}'), // musical symbol format controls
+    ('\u{E0001}', '\u{E0001}'), // language tag
+    ('\u{E0020}', '\u{E007F}'), // tag characters
+];
+
+/// Whether `c` is of general category `Cf`.
+fn is_format_char(c: char) -> bool {
+    FORMAT_CHARS
+        .binary_search_by(|&(lo, hi)| {
+            if hi < c {
+                std::cmp::Ordering::Less
+            } else if lo > c {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_ok()
 }
 
 /// The host (and port) as written: between `scheme://` (and any userinfo) and the path.
@@ -324,9 +412,16 @@ const V6_RANGES: &[(&str, &str)] = &[
     ("::/128", "unspecified"),
     ("::1/128", "loopback"),
     ("::/96", "IPv4-compatible (deprecated)"),
+    ("::ffff:0:0:0/96", "IPv4-translated (SIIT)"),
     ("64:ff9b:1::/48", "local-use NAT64"),
     ("100::/64", "discard-only"),
+    ("2001::/32", "Teredo tunnelling"),
+    ("2001:2::/48", "benchmarking"),
+    ("2001:10::/28", "ORCHID (deprecated)"),
+    ("2001:20::/28", "ORCHIDv2 identifiers"),
     ("2001:db8::/32", "documentation"),
+    ("3fff::/20", "documentation"),
+    ("5f00::/16", "SRv6 segment identifiers"),
     ("fc00::/7", "unique local (ULA)"),
     ("fe80::/10", "link-local"),
     ("fec0::/10", "site-local (deprecated)"),
@@ -381,6 +476,18 @@ mod tests {
 
     fn policy() -> UrlPolicy {
         UrlPolicy::default()
+    }
+
+    /// Checks every `(url, reason)` row and reports all the rows that disagree at once.
+    fn check_table(p: &UrlPolicy, table: &[(&str, &str)]) {
+        let mut wrong = Vec::new();
+        for (url, want) in table {
+            let got = reason(url, p);
+            if got != *want {
+                wrong.push(format!("{url:?}: want {want}, got {got}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
 
     fn reason(url: &str, p: &UrlPolicy) -> &'static str {
@@ -522,14 +629,240 @@ mod tests {
             ("https://[2606:4700:4700::1111]:8443/", "pass"),
             ("HTTPS://Example.com/", "pass"),
         ];
-        let mut wrong = Vec::new();
-        for (url, want) in table {
-            let got = reason(url, &p);
-            if got != *want {
-                wrong.push(format!("{url:?}: want {want}, got {got}"));
+        check_table(&p, table);
+    }
+
+    /// IPv6 special-use blocks beyond loopback/ULA/link-local: each is refused, and the
+    /// address just outside it passes.
+    #[test]
+    fn ipv6_special_use_ranges() {
+        let table: &[(&str, &str)] = &[
+            // IPv4-mapped (::ffff:0:0/96): judged by the IPv4 address it carries.
+            ("https://[::ffff:0:0]/", "url_non_public_address"),
+            ("https://[::ffff:c0a8:101]/", "url_non_public_address"),
+            ("https://[::ffff:192.0.2.1]/", "url_non_public_address"),
+            ("https://[::ffff:5db8:d822]/", "pass"),
+            // IPv4-translated (::ffff:0:0:0/96, one group further left): only meaningful
+            // inside a translator, refused whatever address it carries.
+            ("https://[::ffff:0:7f00:1]/", "url_non_public_address"),
+            ("https://[::ffff:0:5db8:d822]/", "url_non_public_address"),
+            ("https://[::1:ffff:0:5db8:d822]/", "pass"),
+            // Teredo 2001::/32.
+            ("https://[2001::1]/", "url_non_public_address"),
+            (
+                "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",
+                "url_non_public_address",
+            ),
+            ("https://[2001:1::1]/", "pass"),
+            // Benchmarking 2001:2::/48.
+            ("https://[2001:2::1]/", "url_non_public_address"),
+            ("https://[2001:2:0:ffff::1]/", "url_non_public_address"),
+            ("https://[2001:2:1::1]/", "pass"),
+            // ORCHID 2001:10::/28 and ORCHIDv2 2001:20::/28.
+            ("https://[2001:10::1]/", "url_non_public_address"),
+            ("https://[2001:1f:ffff::1]/", "url_non_public_address"),
+            ("https://[2001:20::1]/", "url_non_public_address"),
+            ("https://[2001:2f:ffff::1]/", "url_non_public_address"),
+            ("https://[2001:30::1]/", "pass"),
+            // Documentation 3fff::/20 (besides 2001:db8::/32).
+            ("https://[3fff::1]/", "url_non_public_address"),
+            ("https://[3fff:fff:ffff::1]/", "url_non_public_address"),
+            ("https://[3fff:1000::1]/", "pass"),
+            // SRv6 segment identifiers 5f00::/16.
+            ("https://[5f00::1]/", "url_non_public_address"),
+            ("https://[5f00:ffff::1]/", "url_non_public_address"),
+            ("https://[5f01::1]/", "pass"),
+            ("https://[2a00:1450:4001::200e]/", "pass"),
+        ];
+        check_table(&policy(), table);
+    }
+
+    #[test]
+    fn internal_and_single_label_names() {
+        let table: &[(&str, &str)] = &[
+            ("https://router/", "url_internal_name"),
+            ("https://Router./admin", "url_internal_name"),
+            ("https://intranet:8443/", "url_internal_name"),
+            (
+                "https://metadata.google.internal/computeMetadata/v1/",
+                "url_internal_name",
+            ),
+            ("https://a.b.INTERNAL./", "url_internal_name"),
+            ("https://internal/", "url_internal_name"),
+            ("https://printer.local/", "url_internal_name"),
+            (
+                "https://api.default.svc.cluster.local/",
+                "url_internal_name",
+            ),
+            ("https://kubernetes.default.svc/", "url_internal_name"),
+            ("https://nas.home.arpa/", "url_internal_name"),
+            ("https://home.arpa/", "url_internal_name"),
+            // localhost keeps its own reason.
+            ("https://app.localhost/", "url_localhost"),
+            // Look-alikes that are public names.
+            ("https://internal.example.com/", "pass"),
+            ("https://myinternal.com/", "pass"),
+            ("https://local.example/", "pass"),
+            ("https://notsvc.example/", "pass"),
+            ("https://svc.example/", "pass"),
+            ("https://arpa.example/", "pass"),
+            ("https://xinternal/", "url_internal_name"),
+        ];
+        check_table(&policy(), table);
+
+        // An explicit allow wins; a deny still beats it; unlisted internal names keep
+        // their own reason under an allow-list.
+        let p = UrlPolicy {
+            allow_hosts: vec![
+                HostPattern::parse("router").unwrap(),
+                HostPattern::parse("*.corp.internal").unwrap(),
+                HostPattern::parse("auth.example.com").unwrap(),
+            ],
+            deny_hosts: vec![HostPattern::parse("vault.corp.internal").unwrap()],
+            ..policy()
+        };
+        let table: &[(&str, &str)] = &[
+            ("https://router/", "pass"),
+            ("https://ROUTER./x", "pass"),
+            ("https://sso.corp.internal/", "pass"),
+            ("https://vault.corp.internal/", "url_host_denied"),
+            ("https://corp.internal/", "url_internal_name"),
+            ("https://switch/", "url_internal_name"),
+            ("https://metadata.google.internal/", "url_internal_name"),
+            ("https://auth.example.com/", "pass"),
+            ("https://other.example.com/", "url_host_not_allowed"),
+        ];
+        check_table(&p, table);
+        assert_eq!(
+            judge("https://router/", &policy())
+                .unwrap_err()
+                .refusal
+                .reason(),
+            "url_internal_name"
+        );
+    }
+
+    #[test]
+    fn format_and_bidi_characters_are_refused() {
+        let p = policy();
+        // Every bidi control, wherever it sits in the URL.
+        let bidi = [
+            '\u{061C}', '\u{200E}', '\u{200F}', '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}',
+            '\u{202E}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}',
+        ];
+        // The other format characters, one from each range of the table.
+        let other = [
+            '\u{00AD}',
+            '\u{0600}',
+            '\u{0605}',
+            '\u{06DD}',
+            '\u{070F}',
+            '\u{0890}',
+            '\u{08E2}',
+            '\u{180E}',
+            '\u{200B}',
+            '\u{200C}',
+            '\u{200D}',
+            '\u{2060}',
+            '\u{2064}',
+            '\u{206F}',
+            '\u{FEFF}',
+            '\u{FFF9}',
+            '\u{FFFB}',
+            '\u{110BD}',
+            '\u{110CD}',
+            '\u{13430}',
+            '\u{1343F}',
+            '\u{1BCA0}',
+            '\u{1D173}',
+            '\u{E0001}',
+            '\u{E0020}',
+            '\u{E007F}',
+        ];
+        for c in bidi.iter().chain(&other) {
+            for url in [
+                format!("https://example.com/{c}x"),
+                format!("https://exa{c}mple.com/"),
+                format!("https://example.com/?q={c}"),
+                format!("https://example.com/#{c}"),
+            ] {
+                assert_eq!(
+                    reason(&url, &p),
+                    "url_control_characters",
+                    "U+{:04X} in {url:?}",
+                    *c as u32
+                );
             }
         }
-        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        // Neighbours of the ranges are ordinary characters.
+        for c in [
+            '\u{00AC}',
+            '\u{061B}',
+            '\u{061D}',
+            '\u{200A}',
+            '\u{2010}',
+            '\u{2065}',
+            '\u{FEFE}',
+            '\u{FFFC}',
+            '\u{E0000}',
+            '\u{E0080}',
+            'é',
+            '日',
+        ] {
+            assert!(!is_deceptive_char(c), "U+{:04X}", c as u32);
+        }
+    }
+
+    #[test]
+    fn format_table_is_sorted_and_complete() {
+        // Ascending, non-overlapping and not adjacent (adjacent ranges would be one range).
+        for w in FORMAT_CHARS.windows(2) {
+            assert!(
+                w[0].0 <= w[0].1 && (w[0].1 as u32) + 1 < w[1].0 as u32,
+                "{w:?}"
+            );
+        }
+        let total: u32 = FORMAT_CHARS
+            .iter()
+            .map(|&(lo, hi)| hi as u32 - lo as u32 + 1)
+            .sum();
+        // Unicode 16.0 has 170 code points of category Cf.
+        assert_eq!(total, 170);
+        for &(lo, hi) in FORMAT_CHARS {
+            assert!(is_format_char(lo) && is_format_char(hi));
+        }
+    }
+
+    #[test]
+    fn idn_hosts_are_shown_in_punycode() {
+        let shown = |url| judge(url, &policy()).unwrap().shown;
+        // Whole-script and mixed-script look-alikes of apple.com / auth.example.com: the
+        // client sees the xn-- form, which looks like nothing it trusts.
+        let cases = [
+            (
+                "https://\u{430}\u{440}\u{440}\u{4cf}\u{435}.com/login",
+                "https://xn--80ak6aa92e.com/login",
+            ),
+            ("https://\u{430}pple.com/", "https://xn--pple-43d.com/"),
+            (
+                "https://\u{430}uth.example.com/authorize?state=\u{430}",
+                "https://xn--uth-5cd.example.com/authorize?state=%D0%B0",
+            ),
+            (
+                "https://B\u{dc}CHER.example/",
+                "https://xn--bcher-kva.example/",
+            ),
+            // Full-width letters map to ASCII under IDNA.
+            (
+                "https://\u{ff25}\u{ff38}\u{ff21}\u{ff2d}\u{ff30}\u{ff2c}\u{ff25}.com/",
+                "https://example.com/",
+            ),
+        ];
+        for (raw, want) in cases {
+            let got = shown(raw);
+            assert_eq!(got, want, "{raw:?}");
+            assert!(got.is_ascii(), "{got:?}");
+        }
     }
 
     #[test]
