@@ -521,12 +521,15 @@ async fn a_refusal_is_logged_with_request_id_tool_kind_reason_and_only_scheme_an
         .nth(1)
         .and_then(|rest| rest.split([' ', '}']).next())
         .unwrap_or_else(|| panic!("no request id: {line}"));
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.contains("request done") && l.contains(&format!("request_id={id}"))),
-        "no access line for {id}: {lines:#?}"
-    );
+    let access = lines
+        .iter()
+        .find(|l| l.contains("request done") && l.contains(&format!("request_id={id}")))
+        .unwrap_or_else(|| panic!("no access line for {id}: {lines:#?}"));
+    // The access line names what was called and how long it took, and nothing of the call's
+    // arguments.
+    assert!(access.contains("call_target=\"open_url\""), "{access}");
+    assert!(access.contains("duration_ms="), "{access}");
+    assert!(!access.contains("SECRET"), "{access}");
 }
 
 #[tokio::test]

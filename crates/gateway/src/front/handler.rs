@@ -28,8 +28,20 @@ use mrtr_wire::capabilities::Declared;
 use mrtr_wire::protocol::methods::{Route, route};
 
 /// Counts the outcome and writes the one access-log line of the request (inside its span,
-/// which carries the request id and instance id). Never logs payloads, states or answers.
+/// which carries the request id, the instance id and, for a call, the tool or prompt name or
+/// resource URI as `call_target`). Never logs payloads, states or answers.
 fn record(front: &Front, method: &str, outcome: &Result<Value, Rejection>) {
+    record_timed(front, method, outcome, None);
+}
+
+/// [`record`], with how long the request took (`duration_ms`) when it is known.
+fn record_timed(
+    front: &Front,
+    method: &str,
+    outcome: &Result<Value, Rejection>,
+    took: Option<std::time::Duration>,
+) {
+    let duration_ms = took.map(|d| d.as_secs_f64() * 1000.0);
     let answered = match outcome {
         Ok(r) if r.get("resultType").and_then(Value::as_str) == Some("input_required") => {
             Outcome::InputRequired
@@ -51,12 +63,14 @@ fn record(front: &Front, method: &str, outcome: &Result<Value, Rejection>) {
                 code = row.code,
                 reason = rej.reason(),
                 fault = rej.fault().as_str(),
+                duration_ms,
                 "request done"
             )
         }
         Ok(_) => tracing::info!(
             method = method_label(method),
             outcome = kind,
+            duration_ms,
             "request done"
         ),
     }
@@ -102,6 +116,7 @@ pub async fn handle(
         "request",
         request_id = %request_id,
         instance_id = %front.instance_id,
+        call_target = tracing::field::Empty,
     );
     request_id
         .scope(handle_inner(front, req, conn, &cfg, span.clone()).instrument(span))
@@ -414,6 +429,7 @@ async fn serve_discover(front: &Front, r: Routed) -> Response<Body> {
 /// Phase 7: serve through a legacy session in the engine's own task; stream notifications if
 /// any come before the result.
 async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Response<Body> {
+    let started = std::time::Instant::now();
     let Routed { env, meta, .. } = r;
     let call = Call {
         id: env.id.clone(),
@@ -427,6 +443,9 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
         upstream_headers: r.upstream_headers,
         credential: r.credential,
     };
+    if let Some(target) = call.target() {
+        span.record("call_target", target);
+    }
     let runtime = front.engine.clone();
     let method = env.method;
     let work_span = span.clone();
@@ -439,7 +458,9 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
             }
             .instrument(work_span)
         },
-        move |outcome| span.in_scope(|| record(&front, &method, outcome)),
+        move |outcome| {
+            span.in_scope(|| record_timed(&front, &method, outcome, Some(started.elapsed())))
+        },
     )
     .await
 }
