@@ -137,6 +137,30 @@ async fn a_server_request_arriving_while_idle_discards_the_session() {
     env.stop().await;
 }
 
+/// A `ping` is the one request an idle session can answer by itself: the server's keep-alive
+/// must not cost the session its place in the pool.
+#[tokio::test]
+async fn a_ping_while_idle_is_answered_and_the_session_stays_warm() {
+    let env = env(handlers()).await;
+    let sid = call(&env, "whoami").await;
+    let answered = tokio::time::timeout(
+        Duration::from_secs(5),
+        env.legacy.request_on_get_stream(&sid, "ping", json!({})),
+    )
+    .await
+    .expect("the ping was answered in time");
+    assert_eq!(answered.unwrap(), json!({}));
+    assert_eq!(call(&env, "whoami").await, sid, "the same warm session");
+    assert_metric!(&env.gw, "pool_checkouts_total", &[("result", "hit")], 1.0);
+    assert_metric!(
+        &env.gw,
+        "pool_discards_total",
+        &[("reason", "unattributed_request")],
+        0.0
+    );
+    env.stop().await;
+}
+
 #[tokio::test]
 async fn a_session_the_server_expired_is_replaced_transparently() {
     let env = env(handlers()).await;

@@ -10,8 +10,9 @@
 //! ([`super::roots_refresh`]).
 //!
 //! A session is not returned after anything unusual (the engine abandons it instead: cancel,
-//! timeout, error, parking). At checkout, what arrived while it sat idle is inspected: a
-//! server request no call can own, or a stream that ended, discards the session. Bounds:
+//! timeout, error, parking). While a session sits idle its exchange answers the server's
+//! `ping`s; any other server request (no call can own it) or a stream that ended discards the
+//! session at checkout. Bounds:
 //! `pool.max_idle_per_key`, `pool.max_idle`, `pool.idle_timeout`. `pool.mode = "per-call"`
 //! turns pooling off for legacy servers that keep per-session state across calls.
 
@@ -21,10 +22,9 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::exchange::{Event, Exchange, Reader};
+use super::exchange::{Event, Exchange};
 use super::relay::{NotificationRelay, is_session_wide};
 use super::roots_refresh::RootsRefreshMemory;
-use super::session::LegacySession;
 use crate::caller_scope::CallerScope;
 use crate::config::{PoolConfig, PoolMode};
 use crate::metrics::PoolMetrics;
@@ -69,13 +69,22 @@ impl Lease {
 }
 
 struct Idle {
-    session: LegacySession,
     roots_asked: bool,
     since: Instant,
     stop: CancellationToken,
-    /// Watches the session while it is idle; hands the reader back, with why the session
-    /// became unusable, if it did.
-    watcher: tokio::task::JoinHandle<(Reader, Option<&'static str>)>,
+    /// Watches the session while it is idle (answering the server's `ping`s); hands it back,
+    /// with why it became unusable, if it did.
+    watcher: tokio::task::JoinHandle<(Exchange, Option<&'static str>)>,
+}
+
+impl Idle {
+    /// Stops the watch and ends the session.
+    async fn close(self) {
+        self.stop.cancel();
+        if let Ok((exchange, _)) = self.watcher.await {
+            exchange.close().await;
+        }
+    }
 }
 
 /// Reads an idle session's messages: relays session-wide notifications to the listen streams
@@ -83,19 +92,21 @@ struct Idle {
 /// arrives after its response), ignores late leftovers of that call, and stops at the first
 /// sign the session cannot be reused.
 async fn watch(
-    mut reader: Reader,
+    mut exchange: Exchange,
     stop: CancellationToken,
     relay: Option<(Arc<NotificationRelay>, CallerScope)>,
-) -> (Reader, Option<&'static str>) {
+) -> (Exchange, Option<&'static str>) {
     loop {
         let event = tokio::select! {
             biased;
-            _ = stop.cancelled() => return (reader, None),
-            event = reader.next_event() => event,
+            _ = stop.cancelled() => return (exchange, None),
+            event = exchange.next() => event,
         };
         match event {
-            // Nobody can answer it now, and it may block the server: start fresh later.
-            Event::Request(_) => return (reader, Some("unattributed_request")),
+            // `ping` never gets here (the exchange answers it, so a server's keep-alive does
+            // not cost the session). Anything else nobody can answer now, and it may block the
+            // server: start fresh later.
+            Event::Request(_) => return (exchange, Some("unattributed_request")),
             Event::Notification { method, msg } => {
                 if is_session_wide(&method)
                     && let Some((relay, scope)) = &relay
@@ -103,7 +114,7 @@ async fn watch(
                     relay.publish(scope, &msg);
                 }
             }
-            Event::StreamEnded { .. } | Event::Closed => return (reader, Some("stream_ended")),
+            Event::StreamEnded { .. } | Event::Closed => return (exchange, Some("stream_ended")),
             // Late leftovers of the call that just finished.
             Event::Response { .. } | Event::CallEnded { .. } | Event::Invalid(_) => {}
         }
@@ -199,14 +210,14 @@ impl SessionPool {
                 return None;
             };
             idle.stop.cancel();
-            let Ok((reader, watched)) = idle.watcher.await else {
+            let Ok((exchange, watched)) = idle.watcher.await else {
+                // The watch failed; its session ended with it.
                 self.metrics.discarded("unhealthy");
-                idle.session.close().await;
                 continue;
             };
             let reason = if idle.since.elapsed() >= cfg.idle_timeout {
                 Some("idle_timeout")
-            } else if !idle.session.is_healthy() {
+            } else if !exchange.session().is_healthy() {
                 Some("unhealthy")
             } else {
                 watched
@@ -215,13 +226,13 @@ impl SessionPool {
                 None => {
                     self.metrics.checkout_hit();
                     return Some(Lease {
-                        exchange: Exchange::new(idle.session, reader),
+                        exchange,
                         roots_asked: idle.roots_asked,
                     });
                 }
                 Some(r) => {
                     self.metrics.discarded(r);
-                    idle.session.close().await;
+                    exchange.close().await;
                 }
             }
         }
@@ -233,10 +244,9 @@ impl SessionPool {
             exchange,
             roots_asked,
         } = lease;
-        let (session, reader) = exchange.into_parts();
         let refused = if cfg.mode == PoolMode::PerCall {
             None
-        } else if !session.is_healthy() {
+        } else if !exchange.session().is_healthy() {
             Some("unhealthy")
         } else {
             let mut map = self.lock();
@@ -247,9 +257,8 @@ impl SessionPool {
             } else {
                 let stop = CancellationToken::new();
                 let relay = self.relay.clone().map(|r| (r, key.scope.clone()));
-                let watcher = tokio::spawn(watch(reader, stop.clone(), relay));
+                let watcher = tokio::spawn(watch(exchange, stop.clone(), relay));
                 map.entry(key).or_default().push(Idle {
-                    session,
                     roots_asked,
                     since: Instant::now(),
                     stop,
@@ -262,7 +271,7 @@ impl SessionPool {
         if let Some(r) = refused {
             self.metrics.discarded(r);
         }
-        session.close().await;
+        exchange.close().await;
     }
 
     /// Closes idle sessions past `idle_timeout`; returns how many.
@@ -284,7 +293,7 @@ impl SessionPool {
         let n = expired.len();
         for i in expired {
             self.metrics.discarded("idle_timeout");
-            i.session.close().await;
+            i.close().await;
         }
         n
     }
@@ -316,8 +325,7 @@ impl SessionPool {
         match victim {
             Some(i) => {
                 self.metrics.discarded("evicted");
-                i.stop.cancel();
-                i.session.close().await;
+                i.close().await;
                 true
             }
             None => false,
@@ -333,8 +341,7 @@ impl SessionPool {
             v
         };
         for i in all {
-            i.stop.cancel();
-            i.session.close().await;
+            i.close().await;
         }
     }
 }
