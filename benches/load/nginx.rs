@@ -55,6 +55,7 @@ impl NginxHop {
             server_extra: "",
             location_extra: "",
             log_level: "warn",
+            read_timeout: "120s",
         };
         let started = conf.start(port).await;
         let child = match started {

@@ -19,6 +19,7 @@ mod fuzz_state;
 mod interop;
 mod isolation;
 mod listen;
+mod long_calls;
 mod ops;
 mod policy;
 mod pool;

@@ -223,6 +223,33 @@ def build_server(args: argparse.Namespace) -> FastMCP:
         return f"done {steps}"
 
     @mcp.tool()
+    async def slow_task(seconds: float, ctx: Context, progress: bool = True) -> str:
+        count("slow_task")
+        # Progress once a second (unless asked not to), so a client can see the call is alive.
+        whole = int(seconds)
+        for i in range(1, whole + 1):
+            await anyio.sleep(1)
+            if progress:
+                await ctx.report_progress(i, total=whole, message=f"second {i}")
+        await anyio.sleep(seconds - whole)
+        return f"slow done after {seconds}s"
+
+    @mcp.tool()
+    async def slow_then_ask(seconds: float, ctx: Context) -> str:
+        count("slow_then_ask")
+        await anyio.sleep(seconds)
+        res = await ctx.elicit("What is your name?", NameForm)
+        if res.action != "accept":
+            return f"slow_then_ask: {res.action}"
+        return f"Hello after {seconds}s, {res.data.name}!"
+
+    @mcp.tool()
+    async def slow_fail(seconds: float) -> str:
+        count("slow_fail")
+        await anyio.sleep(seconds)
+        raise ValueError(f"failed after {seconds}s")
+
+    @mcp.tool()
     async def confirm_delete(item: str, ctx: Context) -> str:
         count("confirm_delete")
         res = await ctx.elicit(f"Really delete {item}?", ConfirmForm)

@@ -135,6 +135,7 @@ impl Gateway {
             single_use: single_use.clone(),
             relay: long_lived.relay_handle(),
             round_shapes: Default::default(),
+            running: Default::default(),
         });
         let front = Arc::new(Front {
             engine: engine.clone(),

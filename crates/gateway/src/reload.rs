@@ -38,7 +38,7 @@ fn upstream_tls_files(cfg: &Config) -> Vec<PathBuf> {
 pub fn changed_sections(old: &Config, new: &Config) -> Vec<&'static str> {
     let differs =
         |a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| format!("{a:?}") != format!("{b:?}");
-    let sections: [(&'static str, bool); 19] = [
+    let sections: [(&'static str, bool); 20] = [
         ("listen", differs(&old.listen, &new.listen)),
         ("upstream", differs(&old.upstream, &new.upstream)),
         ("state", differs(&old.state, &new.state)),
@@ -63,6 +63,7 @@ pub fn changed_sections(old: &Config, new: &Config) -> Vec<&'static str> {
             "legacy_clients",
             differs(&old.legacy_clients, &new.legacy_clients),
         ),
+        ("long_calls", differs(&old.long_calls, &new.long_calls)),
         ("keys", differs(&old.state.keys, &new.state.keys)),
     ];
     sections

@@ -41,6 +41,9 @@ pub struct ProxyConf<'a> {
     pub location_extra: &'a str,
     /// `error_log` level: `info` shows TLS handshake failures, `warn` keeps a bench quiet.
     pub log_level: &'a str,
+    /// `proxy_read_timeout`: how long nginx waits between two reads from the backend before it
+    /// answers 504 (a front timeout, as ingresses have).
+    pub read_timeout: &'a str,
 }
 
 impl ProxyConf<'_> {
@@ -85,7 +88,7 @@ http {{
             proxy_buffering off;
             proxy_request_buffering off;
             proxy_cache off;
-            proxy_read_timeout 120s;
+            proxy_read_timeout {read_timeout};
         }}
     }}
 }}
@@ -94,6 +97,7 @@ http {{
             server_extra = self.server_extra,
             location_extra = self.location_extra,
             log_level = self.log_level,
+            read_timeout = self.read_timeout,
         )
     }
 

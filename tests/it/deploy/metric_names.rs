@@ -37,6 +37,7 @@ pub const METRICS: &[&str] = &[
     "legacy_get_streams",
     "accept_errors_total",
     "roots_refreshes_total",
+    "state_only_rounds_total",
 ];
 
 /// The histograms, whose series also appear as `_bucket`, `_sum` and `_count`.

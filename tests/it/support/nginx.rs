@@ -75,6 +75,7 @@ impl Nginx {
             server_extra: &server_extra,
             location_extra: &bearer,
             log_level: "info",
+            read_timeout: "120s",
         };
         let child = conf.start(port).await?;
         Ok(Nginx { child, port, dir })

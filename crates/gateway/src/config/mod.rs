@@ -19,6 +19,7 @@ pub mod env;
 mod legacy_clients;
 mod listen;
 mod log;
+mod long_calls;
 mod mrtr;
 pub mod new_key;
 mod parking;
@@ -44,6 +45,7 @@ pub use drain::DrainConfig;
 pub use legacy_clients::LegacyClientsConfig;
 pub use listen::ListenConfig;
 pub use log::LogConfig;
+pub use long_calls::{LongCallRule, LongCallsConfig};
 pub use mrtr::MrtrConfig;
 pub use parking::{ParkPolicy, ParkingConfig, ParkingRule};
 pub use pool::{PoolConfig, PoolMode};
@@ -73,6 +75,7 @@ pub struct Config {
     pub drain: DrainConfig,
     pub replica: ReplicaConfig,
     pub parking: ParkingConfig,
+    pub long_calls: LongCallsConfig,
     pub pool: PoolConfig,
     pub single_use: crate::single_use::SingleUseConfig,
     pub auth: crate::auth::config::AuthConfig,
@@ -169,7 +172,9 @@ impl Config {
         let subscriptions = subscriptions::subscriptions_config(&raw.subscriptions)?;
         let policy = crate::policy::PolicyConfig::from_raw(&raw.policy)?;
         let legacy_clients = legacy_clients::legacy_clients_config(&raw.legacy_clients)?;
+        let long_calls = long_calls::long_calls_config(&raw.long_calls)?;
         Ok(Config {
+            long_calls,
             legacy_clients,
             policy,
             pool,

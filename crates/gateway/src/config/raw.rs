@@ -47,6 +47,8 @@ pub struct RawConfig {
     pub policy: crate::policy::config::RawPolicy,
     #[serde(default)]
     pub legacy_clients: RawLegacyClients,
+    #[serde(default)]
+    pub long_calls: RawLongCalls,
 }
 
 #[derive(Debug, Deserialize, serde::Serialize)]
@@ -189,6 +191,31 @@ impl Default for RawMrtr {
             learned_rounds_max: 4096,
         }
     }
+}
+
+#[derive(Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLongCalls {
+    pub round_after: String,
+    pub rules: Vec<RawLongCallRule>,
+}
+
+impl Default for RawLongCalls {
+    fn default() -> Self {
+        RawLongCalls {
+            round_after: "20s".into(),
+            rules: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLongCallRule {
+    pub method: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub round_after: String,
 }
 
 #[derive(Debug, Deserialize, serde::Serialize)]

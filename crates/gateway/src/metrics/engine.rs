@@ -41,6 +41,43 @@ pub enum RoundClose {
     Window,
 }
 
+/// A step of a long call's state-only rounds (`state_only_rounds_total{step}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateOnly {
+    /// A running call ended its request with a state-only round (`long_calls.round_after`).
+    Detached,
+    /// `round_after` passed, but the outcome could not be given a claim (the single-use
+    /// store refused): the request kept waiting instead.
+    NotDetached,
+    /// A retry with a state-only state waited `round_after` and got another one.
+    StillRunning,
+    /// A retry with a state-only state got the call's outcome.
+    Collected,
+    /// A retry with a state-only state found no outcome and no running call (its replica
+    /// died, the store lost it, or it was too large to keep).
+    Lost,
+}
+
+impl StateOnly {
+    const ALL: [StateOnly; 5] = [
+        StateOnly::Detached,
+        StateOnly::NotDetached,
+        StateOnly::StillRunning,
+        StateOnly::Collected,
+        StateOnly::Lost,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            StateOnly::Detached => "detached",
+            StateOnly::NotDetached => "not_detached",
+            StateOnly::StillRunning => "still_running",
+            StateOnly::Collected => "collected",
+            StateOnly::Lost => "lost",
+        }
+    }
+}
+
 /// The engine's families, held by [`crate::mrtr::deps::Engine`].
 pub struct EngineMetrics {
     input_required: IntCounterVec,
@@ -54,6 +91,7 @@ pub struct EngineMetrics {
     state_bytes: Histogram,
     rounds_closed: IntCounterVec,
     learned_rounds: IntGauge,
+    state_only_rounds: IntCounterVec,
     policy: PolicyMetrics,
 }
 
@@ -136,6 +174,13 @@ impl EngineMetrics {
         self.learned_rounds.set(n as i64);
     }
 
+    /// A long call's state-only rounds took `step`.
+    pub fn state_only(&self, step: StateOnly) {
+        self.state_only_rounds
+            .with_label_values(&[step.label()])
+            .inc();
+    }
+
     /// Where the policy stage run by the engine counts its refusals and rewrites.
     pub fn policy(&self) -> &PolicyMetrics {
         &self.policy
@@ -212,7 +257,16 @@ impl EngineMetrics {
             )
             .expect("valid metric"),
         );
+        let state_only_rounds = r.counter_vec(
+            "state_only_rounds_total",
+            "State-only input_required rounds of long calls (long_calls.round_after), by step: a running call ended its request with one (detached) or could not and kept the request open (not_detached); a retry with such a state got another (still_running), the outcome (collected), or found it lost (lost).",
+            &["step"],
+        );
+        for step in StateOnly::ALL {
+            state_only_rounds.with_label_values(&[step.label()]);
+        }
         EngineMetrics {
+            state_only_rounds,
             input_required,
             retries,
             max_rounds_exceeded,

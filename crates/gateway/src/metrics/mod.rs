@@ -28,7 +28,7 @@ mod parking;
 mod process;
 mod upstream;
 
-pub use engine::{EngineMetrics, Retry, RootsRefresh, RoundClose};
+pub use engine::{EngineMetrics, Retry, RootsRefresh, RoundClose, StateOnly};
 pub use front::{FrontMetrics, Outcome};
 pub use limits::{Limit, LimitHits};
 pub use parking::ParkingMetrics;

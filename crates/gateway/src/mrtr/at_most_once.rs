@@ -90,6 +90,57 @@ pub fn claim_ttl(exp: u64, skew: Duration, now: u64) -> Duration {
     Duration::from_secs(last_accepted.saturating_sub(now).max(1))
 }
 
+/// Why a claim or start failed, as the client hears it; a failure that may still have landed
+/// is given back in the background (this presentation will not run; the claim lease covers a
+/// give-back that fails too).
+fn refused(engine: &Engine, guard: &Guard, e: StoreError) -> Rejection {
+    if let StoreError::PrincipalQuota { .. } = e {
+        engine.limits.hit(Limit::SingleUseMaxEntriesPerPrincipal);
+    }
+    if e.may_have_landed() {
+        let (store, id, owner, until) = (
+            guard.store.clone(),
+            guard.id.clone(),
+            guard.owner.clone(),
+            guard.until,
+        );
+        tokio::spawn(async move { store.release_eventually(&id, &owner, until).await });
+    }
+    Rejection::from(e)
+}
+
+/// A claim on `id` by `caller` for a state expiring at `exp`, not yet made.
+fn prospective(
+    engine: &Engine,
+    caller: &Caller,
+    id: &str,
+    exp: u64,
+    now: u64,
+) -> (Guard, Duration) {
+    let ttl = claim_ttl(exp, engine.codec.limits().clock_skew, now);
+    let guard = Guard {
+        store: engine.single_use(),
+        id: id.to_owned(),
+        owner: Owner::new(caller.as_str()),
+        until: tokio::time::Instant::now() + ttl,
+    };
+    (guard, ttl)
+}
+
+/// Moves `guard`'s claim to started: from here on the call may reach the legacy server and
+/// never runs again. The run lease covers the call's longest life and the recording of its
+/// outcome.
+async fn start(engine: &Engine, guard: Guard) -> Result<Guard, Rejection> {
+    let cfg = engine.config();
+    let run_lease = cfg.upstream.call_timeout + cfg.single_use.claim_lease;
+    match guard.store.start(&guard.id, &guard.owner, run_lease).await {
+        Ok(true) => Ok(guard),
+        // Another presentation took the claim over while this one was slow to start.
+        Ok(false) => Err(single_use::in_progress()),
+        Err(e) => Err(refused(engine, &guard, e)),
+    }
+}
+
 /// Claims the state `prior` for this presentation by `caller`, or answers as a duplicate.
 pub async fn claim(
     engine: &Engine,
@@ -97,49 +148,40 @@ pub async fn claim(
     prior: &StatePayload,
     now: u64,
 ) -> Result<Claimed, Rejection> {
-    let cfg = engine.config();
-    let ttl = claim_ttl(prior.exp, engine.codec.limits().clock_skew, now);
-    let until = tokio::time::Instant::now() + ttl;
-    let store = engine.single_use();
-    let owner = Owner::new(caller.as_str());
-    let refused = |e: StoreError| {
-        if let StoreError::PrincipalQuota { .. } = e {
-            engine.limits.hit(Limit::SingleUseMaxEntriesPerPrincipal);
-        }
-        if e.may_have_landed() {
-            // The claim may be in the store although its answer never came: this presentation
-            // will not run, so give it back (the claim lease covers a give-back that fails).
-            let (store, id, owner) = (store.clone(), prior.id.clone(), owner.clone());
-            tokio::spawn(async move { store.release_eventually(&id, &owner, until).await });
-        }
-        Rejection::from(e)
-    };
-    match store.claim(&prior.id, &owner, ttl).await {
-        Err(e) => return Err(refused(e)),
+    let (guard, ttl) = prospective(engine, caller, &prior.id, prior.exp, now);
+    match guard.store.claim(&guard.id, &guard.owner, ttl).await {
+        Err(e) => return Err(refused(engine, &guard, e)),
         Ok(Claim::InProgress) => return Err(single_use::in_progress()),
         Ok(Claim::DoneNotKept) => return Err(single_use::already_used()),
         Ok(Claim::Lost) => return Err(single_use::outcome_lost()),
         Ok(Claim::Done(bytes)) => return Ok(Claimed::Duplicate(replay(&bytes))),
         Ok(Claim::Acquired | Claim::TakenOver) => {}
     }
-    // Started: from here on the call may reach the legacy server and never runs again. The
-    // run lease covers the call's longest life and the recording of its outcome.
-    let run_lease = cfg.upstream.call_timeout + cfg.single_use.claim_lease;
-    match store.start(&prior.id, &owner, run_lease).await {
-        Ok(true) => Ok(Claimed::Owned(Guard {
-            store,
-            id: prior.id.clone(),
-            owner,
-            until,
-        })),
-        // Another presentation took the claim over while this one was slow to start.
-        Ok(false) => Err(single_use::in_progress()),
-        Err(e) => Err(refused(e)),
+    start(engine, guard).await.map(Claimed::Owned)
+}
+
+/// Claims a fresh `id` for a call that is already running and is about to end its request with
+/// a state-only round (`mrtr::long_call`): claimed and started at once, so that its outcome is
+/// kept under `id` for whoever presents the state, on any replica sharing the store.
+pub(super) async fn claim_running(
+    engine: &Engine,
+    caller: &Caller,
+    id: &str,
+    exp: u64,
+    now: u64,
+) -> Result<Guard, Rejection> {
+    let (guard, ttl) = prospective(engine, caller, id, exp, now);
+    match guard.store.claim(&guard.id, &guard.owner, ttl).await {
+        Err(e) => return Err(refused(engine, &guard, e)),
+        Ok(Claim::Acquired) => {}
+        // A random 128-bit id someone else holds: nothing this call may write over.
+        Ok(_) => return Err(single_use::in_progress()),
     }
+    start(engine, guard).await
 }
 
 /// The answer a duplicate gets from a kept outcome.
-fn replay(bytes: &[u8]) -> Result<Value, Rejection> {
+pub(super) fn replay(bytes: &[u8]) -> Result<Value, Rejection> {
     let kept: KeptOutcome = serde_json::from_slice(bytes).map_err(|_| {
         Rejection::new(
             RejectionKind::SingleUseCorrupt,

@@ -1,6 +1,8 @@
 //! One modern request as the engine serves it ([`Call`]), where its notifications go
 //! ([`Sink`]), and its params as the legacy server sees them.
 
+use std::sync::{Arc, Mutex};
+
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
@@ -8,6 +10,7 @@ use crate::caller_scope::CallerScope;
 use mrtr_wire::protocol::meta::RequestMeta;
 
 /// One modern request, as the engine needs it.
+#[derive(Clone)]
 pub struct Call {
     pub id: Value,
     pub method: String,
@@ -52,15 +55,70 @@ impl Call {
 
 /// Where request-scoped notifications go: the client's SSE response, if it can take one.
 pub struct Sink {
-    tx: Option<mpsc::Sender<Value>>,
+    to: To,
     /// The call goes on without the client: a notification it can no longer take is dropped.
     outlives_client: bool,
+}
+
+enum To {
+    /// One request's response, for the call's whole life.
+    Fixed(Option<mpsc::Sender<Value>>),
+    /// Whichever request follows the call now (a call that may end its request early and be
+    /// followed by its retries, see `mrtr::long_call`); none between two of them.
+    Moving(Listener),
+}
+
+/// Which request's response a running call's notifications go to; shared by the call and the
+/// requests that follow it.
+#[derive(Clone, Default)]
+pub(super) struct Listener(Arc<Mutex<Option<Follower>>>);
+
+/// A request following a running call: its response, and the progress token it asked progress
+/// under (the legacy server keeps using the first request's, so progress is re-addressed).
+#[derive(Clone)]
+struct Follower {
+    tx: mpsc::Sender<Value>,
+    progress_token: Option<Value>,
+}
+
+impl Listener {
+    /// From now on, notifications go to `tx`, progress under `progress_token` (none: no
+    /// progress); `None`: nowhere.
+    pub(super) fn follow(&self, tx: Option<mpsc::Sender<Value>>, progress_token: Option<Value>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) =
+            tx.map(|tx| Follower { tx, progress_token });
+    }
+
+    /// Notifications stop going to `tx`, if they still do.
+    pub(super) fn stop_following(&self, tx: &mpsc::Sender<Value>) {
+        let mut current = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if current.as_ref().is_some_and(|c| c.tx.same_channel(tx)) {
+            *current = None;
+        }
+    }
+
+    fn current(&self) -> Option<Follower> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// `msg` addressed to `follower`: a progress notification carries its progress token, or is
+/// not for it at all.
+fn readdressed(mut msg: Value, follower: &Follower) -> Option<Value> {
+    if msg.get("method").and_then(Value::as_str) != Some("notifications/progress") {
+        return Some(msg);
+    }
+    let token = follower.progress_token.clone()?;
+    if let Some(params) = msg.get_mut("params").and_then(Value::as_object_mut) {
+        params.insert("progressToken".into(), token);
+    }
+    Some(msg)
 }
 
 impl Sink {
     pub fn new(tx: Option<mpsc::Sender<Value>>) -> Sink {
         Sink {
-            tx,
+            to: To::Fixed(tx),
             outlives_client: false,
         }
     }
@@ -68,18 +126,48 @@ impl Sink {
     /// The same destination, for a call that must finish even if the client goes away (a
     /// claimed retry, see `mrtr::at_most_once`).
     pub fn outliving_client(&self) -> Sink {
+        let to = match &self.to {
+            To::Fixed(tx) => To::Fixed(tx.clone()),
+            To::Moving(l) => To::Moving(l.clone()),
+        };
         Sink {
-            tx: self.tx.clone(),
+            to,
             outlives_client: true,
+        }
+    }
+
+    /// A sink whose notifications go where `listener` says; the call outlives its client.
+    pub(super) fn moving(listener: Listener) -> Sink {
+        Sink {
+            to: To::Moving(listener),
+            outlives_client: true,
+        }
+    }
+
+    /// The response this sink writes to now, if any.
+    pub(super) fn sender(&self) -> Option<mpsc::Sender<Value>> {
+        match &self.to {
+            To::Fixed(tx) => tx.clone(),
+            To::Moving(l) => l.current().map(|f| f.tx),
         }
     }
 
     /// Sends a notification; `false` when the client has gone away (and the call should
     /// stop with it).
     pub(super) async fn send(&self, msg: Value) -> bool {
-        match &self.tx {
-            Some(tx) => tx.send(msg).await.is_ok() || self.outlives_client,
-            None => true,
+        let (tx, msg) = match &self.to {
+            To::Fixed(tx) => (tx.clone(), Some(msg)),
+            To::Moving(l) => match l.current() {
+                Some(f) => {
+                    let msg = readdressed(msg, &f);
+                    (Some(f.tx), msg)
+                }
+                None => (None, None),
+            },
+        };
+        match (tx, msg) {
+            (Some(tx), Some(msg)) => tx.send(msg).await.is_ok() || self.outlives_client,
+            _ => true,
         }
     }
 }

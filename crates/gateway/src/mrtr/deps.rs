@@ -18,6 +18,7 @@ use crate::sessions::Sessions;
 use crate::single_use::SingleUseStore;
 use crate::state::StateCodec;
 
+use super::long_call::RunningCalls;
 use super::parking::ParkingLot;
 use super::round_shapes::RoundShapes;
 
@@ -40,6 +41,8 @@ pub struct Engine {
     pub relay: Arc<NotificationRelay>,
     /// What each round of a call asked the last time (closes known rounds early).
     pub round_shapes: RoundShapes,
+    /// Calls that ended their request with a state-only round and run on here.
+    pub running: Arc<RunningCalls>,
 }
 
 impl Engine {

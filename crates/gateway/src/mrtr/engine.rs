@@ -19,15 +19,17 @@
 //! upstream, so they can never end in `input_required`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::answers::AnswerBook;
-use super::at_most_once::{self, Claimed, Render};
+use super::at_most_once::{self, Claimed, Guard, Render};
 use super::deps::Engine;
 use super::input_key::KeyMinter;
+use super::long_call;
 use super::origin;
 use super::parking::{ParkLimits, Refused};
 use super::round::{Round, asked, max_rounds, seal_round};
@@ -104,7 +106,7 @@ fn park_only_lost(call: &Call) -> Rejection {
 /// Serves `tools/call`, `prompts/get` or `resources/read`. `render` is how the front answers an
 /// error: a claimed retry keeps its outcome in that form for its duplicates.
 pub async fn serve_mrtr(
-    engine: &Engine,
+    engine: &Arc<Engine>,
     call: &Call,
     sink: &Sink,
     cancel: &CancellationToken,
@@ -114,6 +116,15 @@ pub async fn serve_mrtr(
     let cfg = engine.config();
     let origin = origin::digest(&call.method, &call.params);
     let prior = open_prior(engine, call, &origin, now)?;
+    if let Some(p) = prior.as_ref().filter(|p| p.run) {
+        // A state-only round's state: the call runs (or ran) already; collect its outcome.
+        let token = call
+            .params
+            .get("requestState")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        return long_call::follow(engine, call, p, token, sink, cancel).await;
+    }
     let responses = input_responses(&call.params)?;
     let book = AnswerBook::new(prior.as_ref(), &responses)?;
     let is_retry = prior.is_some() || !responses.is_empty();
@@ -132,22 +143,6 @@ pub async fn serve_mrtr(
         }
         _ => None,
     };
-    // A claimed retry outlives its client (see `at_most_once`): the client going away neither
-    // cancels it nor fails it for a notification that cannot be delivered.
-    let outliving = claim
-        .as_ref()
-        .map(|_| (CancellationToken::new(), sink.outliving_client()));
-    let (run_cancel, run_sink) = match &outliving {
-        Some((token, sink)) => (token, sink),
-        None => (cancel, sink),
-    };
-    let mut may_have_run = false;
-    let serving = Serving {
-        engine,
-        call,
-        sink: run_sink,
-        cancel: run_cancel,
-    };
     let presented = Presented {
         prior,
         book,
@@ -155,10 +150,55 @@ pub async fn serve_mrtr(
         origin,
         now,
     };
-    let outcome = execute(&serving, presented, &mut may_have_run).await;
-    if let Some(guard) = claim {
+    let owed = Owed { claim, render };
+    if let Some(after) = cfg.long_calls.round_after_for(&call.method, call.target()) {
+        let serving = Serving {
+            engine,
+            call,
+            sink,
+            cancel,
+        };
+        return long_call::serve(engine, &serving, owed, presented, after).await;
+    }
+    // A claimed retry outlives its client (see `at_most_once`): the client going away neither
+    // cancels it nor fails it for a notification that cannot be delivered.
+    let outliving = owed
+        .claim
+        .as_ref()
+        .map(|_| (CancellationToken::new(), sink.outliving_client()));
+    let (run_cancel, run_sink) = match &outliving {
+        Some((token, sink)) => (token, sink),
+        None => (cancel, sink),
+    };
+    let serving = Serving {
+        engine,
+        call,
+        sink: run_sink,
+        cancel: run_cancel,
+    };
+    execute_and_settle(&serving, cancel, presented, owed).await
+}
+
+/// What a presentation owes when its call ends: the claim it holds (if any) settled with the
+/// outcome, an error kept as `render` answers it.
+pub(super) struct Owed {
+    pub(super) claim: Option<Guard>,
+    pub(super) render: Render,
+}
+
+/// Runs the call ([`execute`]) and settles what the presentation owes; `client` tells whether
+/// its client went away.
+pub(super) async fn execute_and_settle(
+    s: &Serving<'_>,
+    client: &CancellationToken,
+    presented: Presented,
+    owed: Owed,
+) -> Result<Value, Rejection> {
+    let mut may_have_run = false;
+    let outcome = execute(s, presented, &mut may_have_run).await;
+    if let Some(guard) = owed.claim {
         guard
-            .settle(&outcome, render, may_have_run, cancel.is_cancelled())
+            .settle(&outcome, owed.render, may_have_run, client.is_cancelled())
             .await;
     }
     outcome
@@ -565,7 +605,7 @@ fn final_result(
 
 /// Dispatches a routed method to its server (`render`: see [`serve_mrtr`]).
 pub async fn serve(
-    engine: &Engine,
+    engine: &Arc<Engine>,
     call: &Call,
     sink: &Sink,
     cancel: &CancellationToken,

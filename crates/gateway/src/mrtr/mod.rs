@@ -9,6 +9,7 @@ mod gather;
 pub mod input_key;
 pub mod input_request;
 pub mod input_response;
+pub mod long_call;
 pub mod origin;
 pub mod parking;
 mod round;

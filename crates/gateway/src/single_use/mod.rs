@@ -344,6 +344,24 @@ impl SingleUseStore {
         result
     }
 
+    /// What holds `id` now, without claiming it (`None`: nothing does). A retired memory
+    /// store that still knows the id answers first, as for [`SingleUseStore::claim`].
+    pub async fn peek(&self, id: &str) -> Result<Option<Claim>, StoreError> {
+        let result = if let Some(found) = self.retired.iter().find_map(|m| m.peek(id)) {
+            Ok(Some(found))
+        } else {
+            match self.backend_for(id) {
+                Err(e) => Err(e),
+                Ok(Backend::Memory(m)) => Ok(m.peek(id)),
+                Ok(Backend::Redis(r)) => r.peek(id).await,
+            }
+        };
+        if let Err(e) = &result {
+            self.count_error(e);
+        }
+        result
+    }
+
     /// Marks `owner`'s claim on `id` started (its call may now reach the legacy server) with
     /// `run_lease` to record the outcome. `Ok(false)`: the claim was taken over, do not run.
     pub async fn start(

@@ -114,6 +114,29 @@ end
 return 0
 ";
 
+// KEYS: claim, outcome, lease. Reads only. Replies as the claim script's, with {'x'} for an
+// absent claim and {'p'} for any claim whose owner may still act or has not started.
+const PEEK_SCRIPT: &str = r"
+local current = redis.call('GET', KEYS[1])
+if not current then
+  return {'x'}
+end
+if current == 'd' then
+  local outcome = redis.call('GET', KEYS[2])
+  if outcome then
+    return {'d', outcome}
+  end
+  return {'n'}
+end
+if current == 'n' then
+  return {'n'}
+end
+if string.sub(current, 1, 2) == 's:' and redis.call('EXISTS', KEYS[3]) == 0 then
+  return {'l'}
+end
+return {'p'}
+";
+
 /// Cheap to clone; clones share the connection.
 #[derive(Clone)]
 pub struct RedisStore {
@@ -136,6 +159,7 @@ struct Scripts {
     start: Script,
     complete: Script,
     release: Script,
+    peek: Script,
 }
 
 impl RedisStore {
@@ -191,6 +215,7 @@ impl RedisStore {
                 start: Script::new(START_SCRIPT),
                 complete: Script::new(COMPLETE_SCRIPT),
                 release: Script::new(RELEASE_SCRIPT),
+                peek: Script::new(PEEK_SCRIPT),
             }),
         })
     }
@@ -219,6 +244,31 @@ impl RedisStore {
             (Some(b"n"), None) => Ok(Claim::DoneNotKept),
             _ => Err(StoreError::Unavailable(
                 "unexpected reply from the claim script".into(),
+            )),
+        }
+    }
+
+    /// What holds `id`, without claiming it; `None` when nothing does.
+    pub async fn peek(&self, id: &str) -> Result<Option<Claim>, StoreError> {
+        let keys = self.keys(id);
+        let reply: Vec<Vec<u8>> = self
+            .invoke(
+                self.scripts
+                    .peek
+                    .key(&keys.claim)
+                    .key(&keys.outcome)
+                    .key(&keys.lease),
+            )
+            .await?;
+        let mut parts = reply.into_iter();
+        match (parts.next().as_deref(), parts.next()) {
+            (Some(b"x"), None) => Ok(None),
+            (Some(b"p"), None) => Ok(Some(Claim::InProgress)),
+            (Some(b"l"), None) => Ok(Some(Claim::Lost)),
+            (Some(b"d"), Some(outcome)) => Ok(Some(Claim::Done(Bytes::from(outcome)))),
+            (Some(b"n"), None) => Ok(Some(Claim::DoneNotKept)),
+            _ => Err(StoreError::Unavailable(
+                "unexpected reply from the peek script".into(),
             )),
         }
     }

@@ -160,6 +160,7 @@ impl StateCodec {
             ans: Default::default(),
             pnd: Default::default(),
             park: None,
+            run: false,
         }
     }
 }

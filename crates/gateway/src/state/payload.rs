@@ -86,6 +86,10 @@ pub struct StatePayload {
     /// Parked legacy call, when the issuing replica kept one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub park: Option<ParkRef>,
+    /// A state-only round: the call is still running, and `id` names the claim under which
+    /// its outcome will be kept (`mrtr::long_call`). Such a state never runs anything.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub run: bool,
 }
 
 /// A fresh random id for a state (16 bytes, base64url).

@@ -1,0 +1,313 @@
+//! Calls that outlive every front timeout: state-only rounds.
+//!
+//! A legacy tool that runs for minutes is a blocking call behind the gateway, and every hop in
+//! front of it (ingress, mesh, client library) has a timeout of its own. So a call whose legacy
+//! response has not come within `long_calls.round_after` ends its HTTP request with an
+//! `input_required` result that asks nothing: a `requestState` and no `inputRequests`. The
+//! client retries at once with that state; the call goes on meanwhile.
+//!
+//! - **Detach** ([`serve`]): the call runs in a task of its own from the start. When
+//!   `round_after` passes without an outcome, a fresh claim id is claimed *and started* in the
+//!   single-use store for the running call, the request ends with a state naming that id
+//!   (`run` set), and the task records the call's outcome under the id when it ends (the final
+//!   result, an error, or the next round of questions with its own state). If the store
+//!   refuses the claim, the request simply keeps waiting: correctness never depends on it.
+//! - **Follow** ([`follow`]): a retry presenting such a state never runs anything. It waits up
+//!   to `round_after` for the outcome under the id (in the store, so any replica sharing a Redis
+//!   store can answer it; on the replica running the call it is woken at once and its
+//!   notifications, progress among them, go to this retry's response while it waits), and then
+//!   returns the outcome, or the same state again. The state's id is a claim the running call
+//!   owns, so presenting the state again and again is safe: the tool body runs once.
+//! - **Lifetime.** The state lives at least `state.ttl`, and a minute beyond the latest end of
+//!   the call (`upstream.call_timeout`), so its outcome can be collected after the call ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::at_most_once;
+use super::call::{Listener, Sink};
+use super::deps::Engine;
+use super::engine::{self, Owed, Presented, Serving};
+use super::run::Call;
+use crate::error::{Rejection, RejectionKind};
+use crate::metrics::StateOnly;
+use crate::request_id::RequestId;
+use crate::single_use::{self, Claim};
+use crate::state::StatePayload;
+use crate::translate;
+
+/// How long a collected outcome stays collectable after the latest end of its call.
+const COLLECT_GRACE: Duration = Duration::from_secs(60);
+/// First and longest pause between two looks at the store while following a call that runs on
+/// another replica.
+const POLL_FIRST: Duration = Duration::from_millis(25);
+const POLL_MAX: Duration = Duration::from_millis(500);
+
+/// This replica's calls that ended their request with a state-only round and still run, by
+/// claim id: a retry that reaches this replica is woken the moment its call ends, and takes
+/// its notifications while it waits.
+#[derive(Default)]
+pub struct RunningCalls {
+    calls: DashMap<String, Arc<Running>>,
+}
+
+struct Running {
+    listener: Listener,
+    /// Becomes true once the outcome is recorded.
+    done: watch::Sender<bool>,
+}
+
+impl RunningCalls {
+    /// How many detached calls run on this replica now.
+    pub fn len(&self) -> usize {
+        self.calls.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+}
+
+/// Serves a call that may end its request with a state-only round after `after`: everything
+/// [`engine::serve_mrtr`] does past the claim, in a task that outlives the request. `s` is the
+/// request (its engine is `engine`).
+pub(super) async fn serve(
+    engine: &Arc<Engine>,
+    s: &Serving<'_>,
+    owed: Owed,
+    presented: Presented,
+    after: Duration,
+) -> Result<Value, Rejection> {
+    let (call, sink, cancel) = (s.call, s.sink, s.cancel);
+    let render = owed.render;
+    let listener = Listener::default();
+    listener.follow(sink.sender(), call.meta.progress_token.clone());
+    let run_cancel = CancellationToken::new();
+    // A claimed retry outlives its client already (`at_most_once`); a first round is cancelled
+    // with its client until it is detached.
+    let claimed = owed.claim.is_some();
+    let mut cancel_follows = !claimed;
+    let rnd = presented.prior.as_ref().map_or(0, |p| p.rnd);
+    let origin = presented.origin.clone();
+    let mut task = {
+        let (engine, call, run_cancel, client, sink) = (
+            engine.clone(),
+            call.clone(),
+            run_cancel.clone(),
+            cancel.clone(),
+            Sink::moving(listener.clone()),
+        );
+        tokio::spawn(RequestId::carry(
+            async move {
+                let serving = Serving {
+                    engine: &engine,
+                    call: &call,
+                    sink: &sink,
+                    cancel: &run_cancel,
+                };
+                engine::execute_and_settle(&serving, &client, presented, owed).await
+            }
+            .instrument(tracing::Span::current()),
+        ))
+    };
+    let timer = tokio::time::sleep(after);
+    tokio::pin!(timer);
+    loop {
+        tokio::select! {
+            joined = &mut task => return joined.unwrap_or_else(|_| Err(panicked())),
+            () = cancel.cancelled(), if cancel_follows => {
+                run_cancel.cancel();
+                cancel_follows = false;
+            }
+            () = &mut timer => break,
+        }
+    }
+    if cancel.is_cancelled() && !claimed {
+        // The client went away before the call was detached: it ends with it.
+        run_cancel.cancel();
+        return task.await.unwrap_or_else(|_| Err(panicked()));
+    }
+    let now = engine.clock.now_secs();
+    let cfg = engine.config();
+    let latest_end = cfg.upstream.call_timeout.saturating_sub(after) + COLLECT_GRACE;
+    let exp = now + cfg.state.ttl.max(latest_end).as_secs().max(1);
+    let id = crate::state::payload::random_id();
+    let mut payload = engine.codec.fresh_payload(&call.principal, &origin, now);
+    payload.id = id.clone();
+    payload.exp = exp;
+    payload.rnd = rnd;
+    payload.run = true;
+    // Sealed before the claim: a state that cannot be sealed (a `state.max_bytes` below the
+    // size of an empty state) must not leave a claim behind.
+    let claimed_run = match engine.codec.seal(&payload) {
+        Ok(sealed) => at_most_once::claim_running(engine, &call.caller, &id, exp, now)
+            .await
+            .map(|guard| (guard, sealed))
+            .map_err(|rej| rej.reason()),
+        Err(_) => Err("state_too_large"),
+    };
+    let (guard, (token, kid)) = match claimed_run {
+        Ok(both) => both,
+        Err(reason) => {
+            engine.metrics.state_only(StateOnly::NotDetached);
+            tracing::warn!(
+                call = %call.describe(),
+                reason,
+                "a long call could not be detached; its request keeps waiting"
+            );
+            return task.await.unwrap_or_else(|_| Err(panicked()));
+        }
+    };
+
+    let (done, _) = watch::channel(false);
+    let running = Arc::new(Running {
+        listener: listener.clone(),
+        done,
+    });
+    engine.running.calls.insert(id.clone(), running.clone());
+    // The request ends here: nothing more goes to its response.
+    listener.follow(None, None);
+    let settle = {
+        let engine = engine.clone();
+        async move {
+            let outcome = task.await.unwrap_or_else(|_| Err(panicked()));
+            guard.settle(&outcome, render, true, false).await;
+            running.done.send_replace(true);
+            engine.running.calls.remove(&id);
+        }
+    };
+    tokio::spawn(RequestId::carry(settle.in_current_span()));
+
+    engine.metrics.state_sealed(&kid, token.len());
+    engine.metrics.state_only(StateOnly::Detached);
+    tracing::info!(
+        call = %call.describe(),
+        after_ms = after.as_millis() as u64,
+        "a long call ended its request with a state-only round; it runs on"
+    );
+    Ok(state_only(token))
+}
+
+/// Serves a retry presenting a state-only state (`prior.run`): waits up to `round_after` for the
+/// outcome of the call it names, and returns it, or the same state again. Never runs anything.
+pub(super) async fn follow(
+    engine: &Engine,
+    call: &Call,
+    prior: &StatePayload,
+    token: &str,
+    sink: &Sink,
+    cancel: &CancellationToken,
+) -> Result<Value, Rejection> {
+    let cfg = engine.config();
+    let after = cfg
+        .long_calls
+        .round_after_for(&call.method, call.target())
+        .unwrap_or(Duration::from_secs(20));
+    let deadline = Instant::now() + after;
+    let here = engine
+        .running
+        .calls
+        .get(&prior.id)
+        .map(|r| r.value().clone());
+    let taken = here.as_ref().and_then(|r| {
+        let tx = sink.sender()?;
+        r.listener
+            .follow(Some(tx.clone()), call.meta.progress_token.clone());
+        Some(tx)
+    });
+    let outcome = watch_outcome(engine, &prior.id, here.as_ref(), deadline, cancel).await;
+    if let (Some(r), Some(tx)) = (&here, taken) {
+        give_back(&r.listener, &tx);
+    }
+    let step = match &outcome {
+        Watched::Done(_) => StateOnly::Collected,
+        Watched::Lost(_) => StateOnly::Lost,
+        Watched::Running => StateOnly::StillRunning,
+    };
+    engine.metrics.state_only(step);
+    match outcome {
+        Watched::Done(result) => result,
+        Watched::Lost(rejection) => Err(rejection),
+        Watched::Running => Ok(state_only(token.to_owned())),
+    }
+}
+
+/// Stops sending the call's notifications to `tx`, unless another retry took them meanwhile.
+fn give_back(listener: &Listener, tx: &mpsc::Sender<Value>) {
+    listener.stop_following(tx);
+}
+
+enum Watched {
+    /// The kept outcome (the call's result or error).
+    Done(Result<Value, Rejection>),
+    /// Nothing to collect, ever: why.
+    Lost(Rejection),
+    /// Still running at the deadline (or the client went away).
+    Running,
+}
+
+/// Looks for the outcome under `id` until it is there, it is known lost, `deadline` passes or
+/// the client goes away.
+async fn watch_outcome(
+    engine: &Engine,
+    id: &str,
+    here: Option<&Arc<Running>>,
+    deadline: Instant,
+    cancel: &CancellationToken,
+) -> Watched {
+    let store = engine.single_use();
+    let mut done = here.map(|r| r.done.subscribe());
+    let mut pause = POLL_FIRST;
+    loop {
+        match store.peek(id).await {
+            Ok(Some(Claim::Done(bytes))) => return Watched::Done(at_most_once::replay(&bytes)),
+            Ok(Some(Claim::DoneNotKept)) => return Watched::Lost(single_use::already_used()),
+            Ok(Some(Claim::Lost) | None) => return Watched::Lost(single_use::outcome_lost()),
+            Ok(Some(_)) => {}
+            // The store is unreachable: this retry cannot tell, so it is refused (the call
+            // runs on; the same state can be presented again).
+            Err(e) => return Watched::Done(Err(Rejection::from(e))),
+        }
+        if Instant::now() >= deadline {
+            return Watched::Running;
+        }
+        let wake = (Instant::now() + pause).min(deadline);
+        pause = (pause * 2).min(POLL_MAX);
+        match &mut done {
+            // On the replica running the call: woken when its outcome is recorded; the store
+            // is still read now and then in case that replica's record went elsewhere.
+            Some(rx) => tokio::select! {
+                _ = rx.wait_for(|d| *d) => {}
+                () = tokio::time::sleep_until(wake) => {}
+                () = cancel.cancelled() => return Watched::Running,
+            },
+            None => tokio::select! {
+                () = tokio::time::sleep_until(wake) => {}
+                () = cancel.cancelled() => return Watched::Running,
+            },
+        }
+        if done.as_ref().is_some_and(|rx| *rx.borrow()) {
+            // Recorded: the next look finds it.
+            done = None;
+        }
+    }
+}
+
+/// `input_required` with a state and no questions.
+fn state_only(token: String) -> Value {
+    translate::input_required(Map::new(), token, &Value::Null)
+}
+
+fn panicked() -> Rejection {
+    Rejection::new(
+        RejectionKind::InternalPanic,
+        "the gateway failed while serving this request",
+    )
+}
