@@ -220,6 +220,36 @@ async fn a_client_that_comes_back_late_finds_the_outcome_kept() {
     env.stop().await;
 }
 
+/// Detached calls hold no request slot, so they are bounded: past a caller's share, its next
+/// long call is not detached and its request waits for the outcome, as without state-only
+/// rounds.
+#[tokio::test]
+async fn a_caller_past_its_share_of_detached_calls_keeps_its_request() {
+    let limits = format!("{ROUND_AFTER}max_running = 4\nmax_running_per_principal = 1\n");
+    let env = env_with(LegacyServerConfig::default(), slow_handlers(), "", &limits).await;
+    let client = env.client();
+    let call = json!({"name": "slow", "arguments": {"ms": 1200}});
+    let first = client.request("tools/call", call.clone()).await.unwrap();
+    assert!(is_state_only(first.result().unwrap()));
+    let second = client.request("tools/call", call).await.unwrap();
+    assert_eq!(
+        text(second.result().unwrap()),
+        "slept 1200",
+        "held, not detached"
+    );
+    assert_eq!(state_only_step(&env.gw, "not_detached"), 1.0);
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_limit_hits_total",
+            &[("limit", "long_calls_max_running_per_principal")]
+        ),
+        1.0
+    );
+    assert_eq!(env.legacy.stats().tool_starts("slow"), 2);
+    env.stop().await;
+}
+
 #[tokio::test]
 async fn a_state_only_state_is_bound_to_its_call() {
     let env = env_with(

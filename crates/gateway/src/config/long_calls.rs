@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::check::duration;
+use super::check::{duration, in_range, positive_size};
 use super::{ConfigError, raw::RawLongCalls};
 use crate::setting::call_rule::{self, CallRule, check_rule_target};
 
@@ -32,6 +32,10 @@ pub struct LongCallsConfig {
     /// ends with a state-only round; zero turns state-only rounds off.
     pub round_after: Duration,
     pub rules: Vec<LongCallRule>,
+    /// Detached calls this replica runs at once; past it a long call keeps its request.
+    pub max_running: usize,
+    /// Detached calls one caller may have running on this replica.
+    pub max_running_per_principal: usize,
 }
 
 impl LongCallsConfig {
@@ -54,9 +58,22 @@ pub(super) fn long_calls_config(raw: &RawLongCalls) -> Result<LongCallsConfig, C
             round_after: duration(&format!("{key}.round_after"), &r.round_after)?,
         });
     }
+    let max_running = positive_size("long_calls.max_running", raw.max_running)?;
+    // Unset: a quarter of the replica's, at least one.
+    let max_running_per_principal = match raw.max_running_per_principal {
+        None => (max_running / 4).max(1),
+        Some(n) => in_range(
+            "long_calls.max_running_per_principal",
+            n,
+            1,
+            max_running as u64,
+        )?,
+    };
     Ok(LongCallsConfig {
         round_after: duration("long_calls.round_after", &raw.round_after)?,
         rules,
+        max_running,
+        max_running_per_principal,
     })
 }
 
@@ -78,6 +95,7 @@ mod tests {
         let raw = RawLongCalls {
             round_after: "20s".into(),
             rules: vec![rule(Some("quick"), "0s"), rule(Some("build"), "5s")],
+            ..Default::default()
         };
         let c = long_calls_config(&raw).unwrap();
         assert_eq!(c.round_after_for("tools/call", Some("quick")), None);
@@ -92,6 +110,7 @@ mod tests {
         let off = long_calls_config(&RawLongCalls {
             round_after: "0s".into(),
             rules: vec![rule(Some("build"), "1s")],
+            ..Default::default()
         })
         .unwrap();
         assert_eq!(off.round_after_for("tools/call", Some("x")), None);
@@ -107,14 +126,14 @@ mod tests {
         assert_eq!(
             bad(RawLongCalls {
                 round_after: "soon".into(),
-                rules: vec![],
+                ..Default::default()
             }),
             "long_calls.round_after"
         );
         assert_eq!(
             bad(RawLongCalls {
-                round_after: "20s".into(),
                 rules: vec![rule(Some("x"), "later")],
+                ..Default::default()
             }),
             "long_calls.rules[0].round_after"
         );
@@ -122,10 +141,31 @@ mod tests {
         wrong.method = "tools/list".into();
         assert_eq!(
             bad(RawLongCalls {
-                round_after: "20s".into(),
                 rules: vec![wrong],
+                ..Default::default()
             }),
             "long_calls.rules[0].method"
         );
+        assert_eq!(
+            bad(RawLongCalls {
+                max_running: 4,
+                max_running_per_principal: Some(5),
+                ..Default::default()
+            }),
+            "long_calls.max_running_per_principal"
+        );
+        assert_eq!(
+            bad(RawLongCalls {
+                max_running: 0,
+                ..Default::default()
+            }),
+            "long_calls.max_running"
+        );
+        let shares = long_calls_config(&RawLongCalls {
+            max_running: 10,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(shares.max_running_per_principal, 2, "a quarter by default");
     }
 }

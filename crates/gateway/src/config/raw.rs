@@ -198,6 +198,8 @@ impl Default for RawMrtr {
 pub struct RawLongCalls {
     pub round_after: String,
     pub rules: Vec<RawLongCallRule>,
+    pub max_running: u64,
+    pub max_running_per_principal: Option<u64>,
 }
 
 impl Default for RawLongCalls {
@@ -205,6 +207,8 @@ impl Default for RawLongCalls {
         RawLongCalls {
             round_after: "20s".into(),
             rules: Vec::new(),
+            max_running: 256,
+            max_running_per_principal: None,
         }
     }
 }

@@ -29,6 +29,8 @@ pub enum Limit {
     ParkingPerPrincipal,
     ParkingStdioReserve,
     SingleUseMaxEntriesPerPrincipal,
+    LongCallsMaxRunning,
+    LongCallsPerPrincipal,
     // The legacy server.
     UpstreamMaxEventBytes,
     UpstreamMaxStreamBytes,
@@ -46,7 +48,7 @@ pub enum Limit {
 
 impl Limit {
     /// Every limit (keep in step with the enum: the documentation test walks this list).
-    pub const ALL: [Limit; 28] = [
+    pub const ALL: [Limit; 30] = [
         Limit::MaxConnections,
         Limit::MaxConnectionsPerSource,
         Limit::HeaderReadTimeout,
@@ -64,6 +66,8 @@ impl Limit {
         Limit::ParkingPerPrincipal,
         Limit::ParkingStdioReserve,
         Limit::SingleUseMaxEntriesPerPrincipal,
+        Limit::LongCallsMaxRunning,
+        Limit::LongCallsPerPrincipal,
         Limit::UpstreamMaxEventBytes,
         Limit::UpstreamMaxStreamBytes,
         Limit::UpstreamMaxLineBytes,
@@ -97,6 +101,8 @@ impl Limit {
             Limit::ParkingPerPrincipal => "parking_per_principal",
             Limit::ParkingStdioReserve => "parking_stdio_reserve",
             Limit::SingleUseMaxEntriesPerPrincipal => "single_use_max_entries_per_principal",
+            Limit::LongCallsMaxRunning => "long_calls_max_running",
+            Limit::LongCallsPerPrincipal => "long_calls_max_running_per_principal",
             Limit::UpstreamMaxEventBytes => "upstream_max_event_bytes",
             Limit::UpstreamMaxStreamBytes => "upstream_max_stream_bytes",
             Limit::UpstreamMaxLineBytes => "upstream_max_line_bytes",

@@ -21,7 +21,8 @@
 //! - **Lifetime.** The state lives at least `state.ttl`, and a minute beyond the latest end of
 //!   the call (`upstream.call_timeout`), so its outcome can be collected after the call ends.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -36,8 +37,10 @@ use super::call::{Listener, Sink};
 use super::deps::Engine;
 use super::engine::{self, Owed, Presented, Serving};
 use super::run::Call;
+use crate::caller_scope::Caller;
+use crate::config::LongCallsConfig;
 use crate::error::{Rejection, RejectionKind};
-use crate::metrics::StateOnly;
+use crate::metrics::{Limit, StateOnly};
 use crate::request_id::RequestId;
 use crate::single_use::{self, Claim};
 use crate::state::StatePayload;
@@ -53,9 +56,20 @@ const POLL_MAX: Duration = Duration::from_millis(500);
 /// This replica's calls that ended their request with a state-only round and still run, by
 /// claim id: a retry that reaches this replica is woken the moment its call ends, and takes
 /// its notifications while it waits.
+///
+/// Detached calls hold no request slot, so they are bounded here instead
+/// (`long_calls.max_running`, and `max_running_per_principal` for one caller's share): past
+/// either, a long call is not detached and keeps its request (and its slot) as before.
 #[derive(Default)]
 pub struct RunningCalls {
     calls: DashMap<String, Arc<Running>>,
+    counts: Mutex<Counts>,
+}
+
+#[derive(Default)]
+struct Counts {
+    total: usize,
+    per_caller: HashMap<Caller, usize>,
 }
 
 struct Running {
@@ -67,11 +81,41 @@ struct Running {
 impl RunningCalls {
     /// How many detached calls run on this replica now.
     pub fn len(&self) -> usize {
-        self.calls.len()
+        self.counts().total
     }
 
     pub fn is_empty(&self) -> bool {
-        self.calls.is_empty()
+        self.len() == 0
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one more detached call for `caller`, or names the limit it would pass.
+    fn reserve(&self, caller: &Caller, cfg: &LongCallsConfig) -> Result<(), Limit> {
+        let mut c = self.counts();
+        if c.total >= cfg.max_running {
+            return Err(Limit::LongCallsMaxRunning);
+        }
+        let mine = c.per_caller.get(caller).copied().unwrap_or(0);
+        if mine >= cfg.max_running_per_principal {
+            return Err(Limit::LongCallsPerPrincipal);
+        }
+        c.total += 1;
+        c.per_caller.insert(caller.clone(), mine + 1);
+        Ok(())
+    }
+
+    fn release(&self, caller: &Caller) {
+        let mut c = self.counts();
+        c.total = c.total.saturating_sub(1);
+        if let Some(n) = c.per_caller.get_mut(caller) {
+            *n -= 1;
+            if *n == 0 {
+                c.per_caller.remove(caller);
+            }
+        }
     }
 }
 
@@ -144,6 +188,12 @@ pub(super) async fn serve(
     payload.exp = exp;
     payload.rnd = rnd;
     payload.run = true;
+    // Detached calls hold no request slot: they are bounded here. Past a limit the request
+    // keeps waiting, holding its slot, as before state-only rounds.
+    if let Err(limit) = engine.running.reserve(&call.caller, &cfg.long_calls) {
+        engine.limits.hit(limit);
+        return kept_waiting(engine, call, limit.label(), task).await;
+    }
     // Sealed before the claim: a state that cannot be sealed (a `state.max_bytes` below the
     // size of an empty state) must not leave a claim behind.
     let claimed_run = match engine.codec.seal(&payload) {
@@ -156,13 +206,8 @@ pub(super) async fn serve(
     let (guard, (token, kid)) = match claimed_run {
         Ok(both) => both,
         Err(reason) => {
-            engine.metrics.state_only(StateOnly::NotDetached);
-            tracing::warn!(
-                call = %call.describe(),
-                reason,
-                "a long call could not be detached; its request keeps waiting"
-            );
-            return task.await.unwrap_or_else(|_| Err(panicked()));
+            engine.running.release(&call.caller);
+            return kept_waiting(engine, call, reason, task).await;
         }
     };
 
@@ -175,12 +220,13 @@ pub(super) async fn serve(
     // The request ends here: nothing more goes to its response.
     listener.follow(None, None);
     let settle = {
-        let engine = engine.clone();
+        let (engine, caller) = (engine.clone(), call.caller.clone());
         async move {
             let outcome = task.await.unwrap_or_else(|_| Err(panicked()));
             guard.settle(&outcome, render, true, false).await;
             running.done.send_replace(true);
             engine.running.calls.remove(&id);
+            engine.running.release(&caller);
         }
     };
     tokio::spawn(RequestId::carry(settle.in_current_span()));
@@ -193,6 +239,23 @@ pub(super) async fn serve(
         "a long call ended its request with a state-only round; it runs on"
     );
     Ok(state_only(token))
+}
+
+/// The call could not be detached (`reason`): its request waits for it, as without
+/// state-only rounds.
+async fn kept_waiting(
+    engine: &Engine,
+    call: &Call,
+    reason: &str,
+    task: tokio::task::JoinHandle<Result<Value, Rejection>>,
+) -> Result<Value, Rejection> {
+    engine.metrics.state_only(StateOnly::NotDetached);
+    tracing::warn!(
+        call = %call.describe(),
+        reason,
+        "a long call could not be detached; its request keeps waiting"
+    );
+    task.await.unwrap_or_else(|_| Err(panicked()))
 }
 
 /// Serves a retry presenting a state-only state (`prior.run`): waits up to `round_after` for the
