@@ -1,15 +1,19 @@
-//! The deployment artifacts, validated offline: the kustomize overlays under `deploy/k8s`
-//! (rendered by kubectl's built-in kustomize, validated against Kubernetes' strict schemas by
-//! kubernetes-validate, then checked for the pod invariants the gateway relies on), every
-//! TOML configuration loaded with the gateway's own loader, the Dockerfile checked statically,
-//! the Grafana dashboard and the operations guide checked against the metric list.
+//! The deployment artifacts, validated offline: the kustomize overlays and examples under
+//! `deploy/k8s` (rendered by kubectl's built-in kustomize, validated against Kubernetes'
+//! strict schemas by kubernetes-validate, then checked for the pod invariants the gateway
+//! relies on, whether it has a Deployment of its own or was added to an existing one), every
+//! TOML configuration loaded with the gateway's own loader and checked with `check-config` as
+//! documented, the Dockerfile checked statically, the Grafana dashboard and the operations
+//! guide checked against the metric list.
 //!
 //! Needs the tools venv (`tests/peers/setup.sh`, run by `scripts/test.sh`).
 
 mod dashboard_checks;
 mod dockerfile_checks;
+mod existing_deployment;
 mod gateway_configs;
 mod metric_names;
+mod network_policy_checks;
 mod pod_checks;
 mod render;
 
@@ -23,9 +27,18 @@ use pod_checks::{
 };
 use render::{KUBERNETES_VERSIONS, Rendered, render, repo};
 
-const OVERLAYS: &[&str] = &[
+/// The gateway added to an existing Deployment by the gateway-sidecar component.
+const EXISTING_DEPLOYMENT: &str = "deploy/k8s/examples/existing-deployment";
+/// The same without the optional components (HPA, ServiceMonitor, NetworkPolicies).
+const SIDECAR_ONLY: &str = "tests/k8s/gateway-sidecar-only";
+
+/// Every kustomization that renders a deployable whole: the overlays, the example, and the
+/// gateway-sidecar component on its own.
+const RENDERINGS: &[&str] = &[
     "deploy/k8s/overlays/sidecar",
     "deploy/k8s/overlays/fleet-redis",
+    EXISTING_DEPLOYMENT,
+    SIDECAR_ONLY,
 ];
 
 fn assert_none(what: &str, problems: Vec<String>) {
@@ -37,8 +50,8 @@ fn read(rel: &str) -> String {
 }
 
 #[test]
-fn overlays_render_and_every_object_is_schema_valid() {
-    for overlay in OVERLAYS {
+fn overlays_and_examples_render_and_every_object_is_schema_valid() {
+    for overlay in RENDERINGS {
         let r = render(overlay, true);
         eprintln!(
             "{overlay}: {} objects, tools {}, Kubernetes {KUBERNETES_VERSIONS:?}",
@@ -58,17 +71,18 @@ fn overlays_render_and_every_object_is_schema_valid() {
                 "{overlay}: {name} was not validated"
             );
         }
-        assert!(
-            !r.unvalidated.is_empty(),
-            "{overlay}: no ServiceMonitor rendered"
+        assert_eq!(
+            r.unvalidated.is_empty(),
+            *overlay == SIDECAR_ONLY,
+            "{overlay}: a ServiceMonitor where none belongs, or none where one does"
         );
     }
 }
 
 #[test]
-fn gateway_pod_invariants_hold_in_every_overlay() {
+fn gateway_pod_invariants_hold_in_every_overlay_and_example() {
     let keys = KeyDir::new();
-    for overlay in OVERLAYS {
+    for overlay in RENDERINGS {
         let r = render(overlay, false);
         assert_none(
             &format!("{overlay} gateway pod"),
@@ -92,7 +106,7 @@ fn base_leaves_the_keys_to_the_operator_and_overlays_carry_only_the_public_examp
         "base gateway pod",
         gateway_pod_problems(&base, &keys, false),
     );
-    for overlay in OVERLAYS {
+    for overlay in RENDERINGS {
         let r = render(overlay, false);
         let (problems, seen) = secret_problems(&r, EXAMPLE_SECRET);
         assert_none(&format!("{overlay} secrets"), problems);
@@ -114,14 +128,17 @@ fn fleet_overlay_claims_states_in_its_redis_with_a_password() {
 #[test]
 fn every_manifest_with_more_than_one_replica_claims_states_in_redis() {
     let keys = KeyDir::new();
-    for dir in ["deploy/k8s/base"].iter().chain(OVERLAYS) {
+    for dir in ["deploy/k8s/base"].iter().chain(RENDERINGS) {
         let r = render(dir, false);
         assert_none(&format!("{dir} single use"), single_use_problems(&r, &keys));
     }
-    // The sidecar overlay points at the operator's Redis: its Secret is not in the manifests.
-    let sidecar = render("deploy/k8s/overlays/sidecar", false);
-    assert!(sidecar.get("Secret", REDIS_SECRET).is_none());
-    assert!(sidecar.get("Service", "mrtr-gateway-redis").is_none());
+    // The sidecar overlay and the example point at the operator's Redis: its Secret is not in
+    // the manifests.
+    for dir in ["deploy/k8s/overlays/sidecar", EXISTING_DEPLOYMENT] {
+        let r = render(dir, false);
+        assert!(r.get("Secret", REDIS_SECRET).is_none(), "{dir}");
+        assert!(r.get("Service", "mrtr-gateway-redis").is_none(), "{dir}");
+    }
 }
 
 #[test]
@@ -150,7 +167,7 @@ fn every_toml_config_loads_with_the_gateway_loader() {
         load(&text, f.parent(), &[], &keys).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
     }
     // The TOML embedded in the rendered manifests, with the pod's environment.
-    for overlay in OVERLAYS {
+    for overlay in RENDERINGS {
         let r = render(overlay, false);
         let gp = gateway_pod(&r, &keys).unwrap_or_else(|e| panic!("{overlay}: {e}"));
         assert_eq!(
@@ -167,6 +184,59 @@ fn every_toml_config_loads_with_the_gateway_loader() {
             }
         }
     }
+}
+
+/// `scripts/check-configs.sh`, the off-cluster `check-config` the operations guide documents,
+/// passes every shipped configuration (each named in its output), and fails a broken one.
+#[test]
+fn check_config_passes_every_shipped_config_off_cluster() {
+    let script = repo().join("scripts/check-configs.sh");
+    let run = |args: &[&std::path::Path]| {
+        std::process::Command::new(&script)
+            .args(args)
+            .env("MRTR_GATEWAY_BIN", env!("CARGO_BIN_EXE_mrtr-gateway"))
+            .output()
+            .expect("scripts/check-configs.sh runs")
+    };
+    let out = run(&[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut files = toml_files(&repo().join("config"));
+    files.extend(toml_files(&repo().join("deploy")));
+    assert!(
+        files
+            .iter()
+            .any(|f| f.ends_with("existing-deployment/gateway.toml")),
+        "{files:?}"
+    );
+    for f in &files {
+        let rel = f.strip_prefix(repo()).unwrap().display().to_string();
+        assert!(
+            stdout.contains(&format!("== {rel}\n")),
+            "{rel} was not checked:\n{stdout}"
+        );
+    }
+
+    // A configuration an operator got wrong: the script says so with check-config's status.
+    let dir = crate::support::TempDir::new("mrtr-check-configs");
+    let broken = dir.path().join("gateway.toml");
+    let text = read(&format!("{EXISTING_DEPLOYMENT}/gateway.toml"));
+    std::fs::write(
+        &broken,
+        text.replace("http://127.0.0.1:8000/mcp", "127.0.0.1:8000"),
+    )
+    .unwrap();
+    let out = run(&[&broken]);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("upstream.url"),
+        "{out:?}"
+    );
 }
 
 #[test]

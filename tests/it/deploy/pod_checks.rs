@@ -9,8 +9,46 @@ use serde_json::Value;
 use super::gateway_configs::{KeyDir, Loaded, load};
 use super::render::{Rendered, selects};
 
-/// The gateway Deployment's (and Service's, PDB's, HPA's, ServiceMonitor's) name.
+/// The gateway Deployment's (and Service's, PDB's, HPA's, ServiceMonitor's) name in the base;
+/// the HPA's and ServiceMonitor's in the gateway-sidecar components too.
 pub const GATEWAY: &str = "mrtr-gateway";
+
+/// The annotation that picks the Deployment and Service the gateway-sidecar component changes.
+pub const INJECT_ANNOTATION: &str = "mrtr-gateway/inject";
+
+/// Where the gateway container sits in a rendering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// The base: a Deployment of its own (`mrtr-gateway`), the legacy server a loopback-only
+    /// native sidecar, and the Service, PDB, HPA and ServiceMonitor named after it.
+    Own,
+    /// The gateway-sidecar component: a container added to the operator's Deployment beside
+    /// the legacy server's, ports on the operator's Service, named apart from theirs.
+    Injected,
+}
+
+impl Layout {
+    pub fn container(self) -> &'static str {
+        match self {
+            Layout::Own => "gateway",
+            Layout::Injected => "mrtr-gateway",
+        }
+    }
+
+    pub fn http_port(self) -> &'static str {
+        match self {
+            Layout::Own => "http",
+            Layout::Injected => "mrtr-mcp",
+        }
+    }
+
+    pub fn admin_port(self) -> &'static str {
+        match self {
+            Layout::Own => "admin",
+            Layout::Injected => "mrtr-admin",
+        }
+    }
+}
 
 /// What Kubernetes appends to a Deployment's name to name a pod: "-" + pod-template-hash
 /// (up to 10 characters) + "-" + 5 random characters.
@@ -88,6 +126,7 @@ fn containers(pod: &Value) -> impl Iterator<Item = &Value> {
 
 /// The gateway pod, its gateway container and its configuration as loaded.
 pub struct GatewayPod<'a> {
+    pub layout: Layout,
     pub deployment: &'a Value,
     pub pod: &'a Value,
     pub gateway: &'a Value,
@@ -98,33 +137,88 @@ pub struct GatewayPod<'a> {
     pub from_secrets: Vec<(String, String, bool)>,
 }
 
+/// The port of `container` a probe, Service or NetworkPolicy refers to, by name or number.
+pub fn port_of(container: &Value, port: &Value) -> Option<u64> {
+    let ports = arr(&container["ports"]);
+    match port {
+        Value::String(name) => ports
+            .iter()
+            .find(|p| p["name"] == name.as_str())
+            .and_then(|p| p["containerPort"].as_u64()),
+        Value::Number(n) => n
+            .as_u64()
+            .filter(|n| ports.iter().any(|p| p["containerPort"] == *n)),
+        _ => None,
+    }
+}
+
 impl GatewayPod<'_> {
-    /// The container port a probe or Service refers to, by name or number.
-    fn container_port(&self, port: &Value) -> Option<u64> {
-        let ports = arr(&self.gateway["ports"]);
-        match port {
-            Value::String(name) => ports
+    /// The gateway container's port a probe or Service refers to, by name or number.
+    pub fn container_port(&self, port: &Value) -> Option<u64> {
+        port_of(self.gateway, port)
+    }
+
+    /// The gateway's MCP port (`http` / `mrtr-mcp`), as a number.
+    pub fn http_port(&self) -> Option<u64> {
+        self.container_port(&Value::from(self.layout.http_port()))
+    }
+
+    /// The gateway's admin port (`admin` / `mrtr-admin`), as a number.
+    pub fn admin_port(&self) -> Option<u64> {
+        self.container_port(&Value::from(self.layout.admin_port()))
+    }
+
+    /// The pod's other containers: the legacy server (and whatever else the operator runs).
+    pub fn others(&self) -> impl Iterator<Item = &Value> {
+        containers(self.pod).filter(|c| c["name"] != self.gateway["name"])
+    }
+
+    /// The labels of the gateway's pods.
+    pub fn labels(&self) -> &Value {
+        &self.deployment["spec"]["template"]["metadata"]["labels"]
+    }
+}
+
+/// The Deployment carrying the gateway: the base's own, or the one the gateway-sidecar
+/// component was applied to (exactly one, annotated, with the component's container).
+fn find_gateway_deployment(r: &Rendered) -> Result<(Layout, &Value), String> {
+    if let Some(d) = r.get("Deployment", GATEWAY) {
+        return Ok((Layout::Own, d));
+    }
+    let container = Layout::Injected.container();
+    let carrying: Vec<&Value> = r
+        .all("Deployment")
+        .into_iter()
+        .filter(|d| {
+            arr(&d["spec"]["template"]["spec"]["containers"])
                 .iter()
-                .find(|p| p["name"] == name.as_str())
-                .and_then(|p| p["containerPort"].as_u64()),
-            Value::Number(n) => n
-                .as_u64()
-                .filter(|n| ports.iter().any(|p| p["containerPort"] == *n)),
-            _ => None,
+                .any(|c| c["name"] == container)
+        })
+        .collect();
+    match carrying[..] {
+        [d] if d["metadata"]["annotations"][INJECT_ANNOTATION] == "true" => {
+            Ok((Layout::Injected, d))
         }
+        [d] => Err(format!(
+            "Deployment/{} carries the gateway without the {INJECT_ANNOTATION} annotation",
+            d["metadata"]["name"].as_str().unwrap_or("?")
+        )),
+        [] => Err("no Deployment/mrtr-gateway and no Deployment the gateway was added to".into()),
+        _ => Err(format!(
+            "the gateway was added to {} Deployments; the components expect one",
+            carrying.len()
+        )),
     }
 }
 
 /// Finds the gateway pod in `r` and loads the TOML it mounts with the environment it sets.
 pub fn gateway_pod<'a>(r: &'a Rendered, keys: &KeyDir) -> Result<GatewayPod<'a>, String> {
-    let deployment = r
-        .get("Deployment", GATEWAY)
-        .ok_or("no Deployment/mrtr-gateway")?;
+    let (layout, deployment) = find_gateway_deployment(r)?;
     let pod = &deployment["spec"]["template"]["spec"];
     let gateway = arr(&pod["containers"])
         .iter()
-        .find(|c| c["name"] == "gateway")
-        .ok_or("no container named gateway")?;
+        .find(|c| c["name"] == layout.container())
+        .ok_or_else(|| format!("no container named {}", layout.container()))?;
     let args: Vec<&str> = arr(&gateway["args"])
         .iter()
         .filter_map(Value::as_str)
@@ -190,6 +284,7 @@ pub fn gateway_pod<'a>(r: &'a Rendered, keys: &KeyDir) -> Result<GatewayPod<'a>,
             dir.as_str().map(str::to_owned)
         });
     Ok(GatewayPod {
+        layout,
         deployment,
         pod,
         gateway,
@@ -266,7 +361,7 @@ pub fn hardening_problems(r: &Rendered) -> Vec<String> {
     p
 }
 
-fn is_loopback_url(url: &url::Url) -> bool {
+pub fn is_loopback_url(url: &url::Url) -> bool {
     match url.host() {
         Some(url::Host::Domain(d)) => d == "localhost",
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
@@ -275,11 +370,14 @@ fn is_loopback_url(url: &url::Url) -> bool {
     }
 }
 
-/// The gateway pod: config mounted where `--config` says, the keys Secret at `state.keys_dir`,
-/// probes on the admin port, listen/admin bound where the Service and kubelet reach them, a
-/// grace period longer than the drain, the legacy server a loopback-only native sidecar.
-/// `secret_required`: whether the keys Secret must be part of `r` (overlays) or is provided
-/// by the operator (the base).
+/// The gateway pod: config mounted where `--config` says, the keys Secret at `state.keys_dir`
+/// and readable by the gateway, probes on the admin port, listen/admin bound where the Service
+/// and kubelet reach them on ports no other container declares, a grace period longer than
+/// the drain, and a legacy server that outlives the drain: a loopback-only native sidecar
+/// (the base), or, beside an added gateway, a container with probes of its own, a preStop
+/// pause as long as the drain and the port `upstream.url` names. `secret_required`: whether
+/// the keys Secret must be part of `r` (overlays, examples) or is provided by the operator
+/// (the base).
 pub fn gateway_pod_problems(r: &Rendered, keys: &KeyDir, secret_required: bool) -> Vec<String> {
     let gp = match gateway_pod(r, keys) {
         Ok(gp) => gp,
@@ -295,9 +393,10 @@ pub fn gateway_pod_problems(r: &Rendered, keys: &KeyDir, secret_required: bool) 
             "listen.addr {listen} is not reachable from the Service"
         ));
     }
-    if gp.container_port(&Value::from("http")) != Some(u64::from(listen.port())) {
+    let (http_name, admin_name) = (gp.layout.http_port(), gp.layout.admin_port());
+    if gp.http_port() != Some(u64::from(listen.port())) {
         p.push(format!(
-            "container port `http` is not listen.addr's port {}",
+            "container port `{http_name}` is not listen.addr's port {}",
             listen.port()
         ));
     }
@@ -312,8 +411,27 @@ pub fn gateway_pod_problems(r: &Rendered, keys: &KeyDir, secret_required: bool) 
             None
         }
     };
-    if gp.container_port(&Value::from("admin")) != admin_port {
-        p.push("container port `admin` is not admin.addr's port".into());
+    if gp.admin_port() != admin_port {
+        p.push(format!(
+            "container port `{admin_name}` is not admin.addr's port"
+        ));
+    }
+    // The containers of a pod share its network: a port another container declares is taken.
+    for port in [Some(u64::from(listen.port())), admin_port]
+        .into_iter()
+        .flatten()
+    {
+        for other in gp.others() {
+            if arr(&other["ports"])
+                .iter()
+                .any(|x| x["containerPort"] == port)
+            {
+                p.push(format!(
+                    "port {port} of the gateway is also container {}'s",
+                    other["name"]
+                ));
+            }
+        }
     }
     for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
         let get = &gp.gateway[probe]["httpGet"];
@@ -354,6 +472,16 @@ pub fn gateway_pod_problems(r: &Rendered, keys: &KeyDir, secret_required: bool) 
                             if mode.is_none_or(|m| m & 0o007 != 0) {
                                 p.push("the key files are readable by others".into());
                             }
+                            // Kubernetes writes them owned by root, group fsGroup (a group
+                            // every container of the pod is in); the gateway is not root.
+                            let fs_group = gp.pod["securityContext"]["fsGroup"].as_u64();
+                            if mode.is_some_and(|m| m & 0o040 != 0) && fs_group.is_none() {
+                                p.push(
+                                    "the key files are group-readable, but the pod sets no \
+                                     fsGroup: the gateway cannot read them"
+                                        .into(),
+                                );
+                            }
                         }
                     }
                 }
@@ -375,66 +503,174 @@ pub fn gateway_pod_problems(r: &Rendered, keys: &KeyDir, secret_required: bool) 
         ));
     }
 
-    // The legacy server: loopback only, a native sidecar that outlives the gateway's drain.
+    // The legacy server, reached over the pod's loopback, outlives the gateway's drain.
     if !is_loopback_url(&cfg.upstream.url) {
         p.push(format!(
             "upstream.url {} is not the pod's loopback",
             cfg.upstream.url
         ));
     }
-    let sidecars = arr(&gp.pod["initContainers"])
-        .iter()
-        .filter(|c| c["restartPolicy"] == "Always")
-        .count();
-    if sidecars == 0 {
-        p.push(
-            "the legacy server is not a native sidecar (initContainers, restartPolicy: Always)"
-                .into(),
-        );
-    }
-
-    // The pod name becomes replica.id (checked by loading above); Service links off, since a
-    // Service named like "mrtr-gateway--x" would inject MRTR_GATEWAY__X_… variables.
-    if gp.pod["enableServiceLinks"] != false {
-        p.push("enableServiceLinks is not false".into());
+    match gp.layout {
+        Layout::Own => {
+            let sidecars = arr(&gp.pod["initContainers"])
+                .iter()
+                .filter(|c| c["restartPolicy"] == "Always")
+                .count();
+            if sidecars == 0 {
+                p.push(
+                    "the legacy server is not a native sidecar (initContainers, restartPolicy: \
+                     Always)"
+                        .into(),
+                );
+            }
+            // The pod name becomes replica.id (checked by loading above); Service links
+            // off, since a Service named like "mrtr-gateway--x" would inject MRTR_GATEWAY__X_…
+            // variables.
+            if gp.pod["enableServiceLinks"] != false {
+                p.push("enableServiceLinks is not false".into());
+            }
+        }
+        Layout::Injected => {
+            p.extend(legacy_beside_gateway_problems(&gp, drain, grace));
+            // The operator's pod keeps its Service links (their server may read them): no
+            // Service here may be named so that its variables look like the gateway's.
+            for svc in r.all("Service") {
+                let name = svc["metadata"]["name"].as_str().unwrap_or("");
+                if name.starts_with("mrtr-gateway--") {
+                    p.push(format!(
+                        "Service/{name} would inject MRTR_GATEWAY__… variables into the pod"
+                    ));
+                }
+            }
+        }
     }
     p
 }
 
+/// The legacy server beside an added gateway (both regular containers, both sent SIGTERM at
+/// once): it pauses in preStop for at least the drain, inside the grace period; it has
+/// liveness and readiness probes; it declares the port `upstream.url` names.
+fn legacy_beside_gateway_problems(
+    gp: &GatewayPod,
+    drain: Duration,
+    grace: Duration,
+) -> Vec<String> {
+    let mut p = Vec::new();
+    let upstream_port = gp.loaded.config.upstream.url.port_or_known_default();
+    let mut serves_upstream = false;
+    for c in gp.others() {
+        let at = format!("container {}", c["name"]);
+        for probe in ["livenessProbe", "readinessProbe"] {
+            let pr = &c[probe];
+            if pr.is_null() {
+                p.push(format!("{at} has no {probe}"));
+                continue;
+            }
+            for kind in ["httpGet", "tcpSocket", "grpc"] {
+                let port = &pr[kind]["port"];
+                if !pr[kind].is_null() && port_of(c, port).is_none() && !port.is_number() {
+                    p.push(format!("{at}: {probe} names no port of its own: {port}"));
+                }
+            }
+        }
+        match c["lifecycle"]["preStop"]["sleep"]["seconds"].as_u64() {
+            None => p.push(format!(
+                "{at} has no preStop sleep: it stops while the gateway drains"
+            )),
+            Some(s) if Duration::from_secs(s) < drain => p.push(format!(
+                "{at}'s preStop sleep ({s}s) is shorter than drain.readiness_delay + \
+                 drain.deadline = {drain:?}"
+            )),
+            Some(s) if Duration::from_secs(s) >= grace => p.push(format!(
+                "{at}'s preStop sleep ({s}s) does not end before terminationGracePeriodSeconds \
+                 ({grace:?})"
+            )),
+            Some(_) => {}
+        }
+        if upstream_port.is_some_and(|port| {
+            arr(&c["ports"])
+                .iter()
+                .any(|x| x["containerPort"] == u64::from(port))
+        }) {
+            serves_upstream = true;
+        }
+    }
+    if !serves_upstream {
+        p.push(format!(
+            "upstream.url {} names a port no other container of the pod declares",
+            gp.loaded.config.upstream.url
+        ));
+    }
+    p
+}
+
+/// The Service in front of the gateway: the base's own, or the operator's that the
+/// gateway-sidecar component gave the gateway's ports (exactly one selecting the pods).
+pub fn gateway_service<'a>(r: &'a Rendered, gp: &GatewayPod) -> Result<&'a Value, String> {
+    if gp.layout == Layout::Own {
+        return r
+            .get("Service", GATEWAY)
+            .ok_or("no Service/mrtr-gateway".into());
+    }
+    let http = gp.layout.http_port();
+    let carrying: Vec<&Value> = r
+        .all("Service")
+        .into_iter()
+        .filter(|s| arr(&s["spec"]["ports"]).iter().any(|x| x["name"] == http))
+        .collect();
+    match carrying[..] {
+        [s] => Ok(s),
+        [] => Err(format!("no Service has a port named {http}")),
+        _ => Err(format!(
+            "{} Services have a port named {http}; the components expect one",
+            carrying.len()
+        )),
+    }
+}
+
 /// The Service, PodDisruptionBudget, HorizontalPodAutoscaler and ServiceMonitor point at the
-/// gateway pods and ports.
+/// gateway pods and ports. The base must carry all four; beside an added gateway the Service
+/// is the operator's and the others are optional (checked when present).
 pub fn wiring_problems(r: &Rendered, keys: &KeyDir) -> Vec<String> {
     let gp = match gateway_pod(r, keys) {
         Ok(gp) => gp,
         Err(e) => return vec![e],
     };
-    let labels = &gp.deployment["spec"]["template"]["metadata"]["labels"];
+    let own = gp.layout == Layout::Own;
+    let labels = gp.labels();
     let mut p = Vec::new();
     if !selects(&gp.deployment["spec"]["selector"]["matchLabels"], labels) {
         p.push("the Deployment's selector does not match its pods".into());
     }
-    let admin_port = gp.container_port(&Value::from("admin"));
+    let admin_port = gp.admin_port();
 
-    // Service: both ports, by name, onto the gateway container (never the legacy server).
-    match r.get("Service", GATEWAY) {
-        None => p.push("no Service/mrtr-gateway".into()),
-        Some(svc) => {
+    // Service: both gateway ports, by name, onto the gateway container (never the legacy
+    // server); in the base no other port, beside an added gateway the operator's ports onto
+    // their containers.
+    let service = gateway_service(r, &gp);
+    match &service {
+        Err(e) => p.push(e.clone()),
+        Ok(svc) => {
+            let sname = svc["metadata"]["name"].as_str().unwrap_or("?");
             if !selects(&svc["spec"]["selector"], labels) {
-                p.push("Service/mrtr-gateway does not select the gateway pods".into());
+                p.push(format!("Service/{sname} does not select the gateway pods"));
             }
-            for want in ["http", "admin"] {
+            let target_of = |x: &Value| -> Value {
+                if x["targetPort"].is_null() {
+                    x["port"].clone()
+                } else {
+                    x["targetPort"].clone()
+                }
+            };
+            for want in [gp.layout.http_port(), gp.layout.admin_port()] {
                 let port = arr(&svc["spec"]["ports"])
                     .iter()
                     .find(|x| x["name"] == want);
                 match port {
-                    None => p.push(format!("Service/mrtr-gateway has no port named {want}")),
+                    None => p.push(format!("Service/{sname} has no port named {want}")),
                     Some(x) => {
-                        let target = if x["targetPort"].is_null() {
-                            &x["port"]
-                        } else {
-                            &x["targetPort"]
-                        };
-                        if gp.container_port(target) != gp.container_port(&Value::from(want)) {
+                        if gp.container_port(&target_of(x)) != gp.container_port(&Value::from(want))
+                        {
                             p.push(format!(
                                 "Service port {want} does not reach container port {want}"
                             ));
@@ -443,15 +679,17 @@ pub fn wiring_problems(r: &Rendered, keys: &KeyDir) -> Vec<String> {
                 }
             }
             for x in arr(&svc["spec"]["ports"]) {
-                let target = if x["targetPort"].is_null() {
-                    &x["port"]
+                let target = target_of(x);
+                let reached = if own {
+                    gp.container_port(&target).is_some()
                 } else {
-                    &x["targetPort"]
+                    containers(gp.pod).any(|c| port_of(c, &target).is_some())
                 };
-                if gp.container_port(target).is_none() {
+                if !reached {
                     p.push(format!(
-                        "Service port {} reaches no gateway port",
-                        x["name"]
+                        "Service port {} reaches no {} port",
+                        x["name"],
+                        if own { "gateway" } else { "container" }
                     ));
                 }
             }
@@ -463,39 +701,52 @@ pub fn wiring_problems(r: &Rendered, keys: &KeyDir) -> Vec<String> {
         .get("HorizontalPodAutoscaler", GATEWAY)
         .and_then(|h| h["spec"]["minReplicas"].as_u64())
         .unwrap_or(1);
-    match r.get("PodDisruptionBudget", GATEWAY) {
-        None => p.push("no PodDisruptionBudget/mrtr-gateway".into()),
-        Some(pdb) => {
-            if pdb["apiVersion"] != "policy/v1" {
-                p.push("the PodDisruptionBudget is not policy/v1".into());
-            }
-            if !selects(&pdb["spec"]["selector"]["matchLabels"], labels) {
-                p.push("the PodDisruptionBudget does not select the gateway pods".into());
-            }
-            let allows_one = match (
-                pdb["spec"]["maxUnavailable"].as_u64(),
-                pdb["spec"]["minAvailable"].as_u64(),
-            ) {
-                (Some(n), None) => n >= 1,
-                (None, Some(n)) => n < min_replicas,
-                _ => false,
-            };
-            if !allows_one {
-                p.push("the PodDisruptionBudget never allows a disruption at minReplicas".into());
-            }
+    let pdbs: Vec<&Value> = if own {
+        r.get("PodDisruptionBudget", GATEWAY).into_iter().collect()
+    } else {
+        r.all("PodDisruptionBudget")
+            .into_iter()
+            .filter(|pdb| selects(&pdb["spec"]["selector"]["matchLabels"], labels))
+            .collect()
+    };
+    if own && pdbs.is_empty() {
+        p.push("no PodDisruptionBudget/mrtr-gateway".into());
+    }
+    for pdb in pdbs {
+        if pdb["apiVersion"] != "policy/v1" {
+            p.push("the PodDisruptionBudget is not policy/v1".into());
+        }
+        if !selects(&pdb["spec"]["selector"]["matchLabels"], labels) {
+            p.push("the PodDisruptionBudget does not select the gateway pods".into());
+        }
+        let allows_one = match (
+            pdb["spec"]["maxUnavailable"].as_u64(),
+            pdb["spec"]["minAvailable"].as_u64(),
+        ) {
+            (Some(n), None) => n >= 1,
+            (None, Some(n)) => n < min_replicas,
+            _ => false,
+        };
+        if !allows_one {
+            p.push("the PodDisruptionBudget never allows a disruption at minReplicas".into());
         }
     }
 
     // HPA: autoscaling/v2 on the Deployment, at least two replicas, CPU requests to scale on.
     match r.get("HorizontalPodAutoscaler", GATEWAY) {
-        None => p.push("no HorizontalPodAutoscaler/mrtr-gateway".into()),
+        None if own => p.push("no HorizontalPodAutoscaler/mrtr-gateway".into()),
+        None => {}
         Some(hpa) => {
             let target = &hpa["spec"]["scaleTargetRef"];
             if hpa["apiVersion"] != "autoscaling/v2"
                 || target["kind"] != "Deployment"
                 || target["name"] != gp.deployment["metadata"]["name"]
             {
-                p.push("the HorizontalPodAutoscaler does not scale the gateway Deployment (autoscaling/v2)".into());
+                p.push(format!(
+                    "the HorizontalPodAutoscaler does not scale the gateway Deployment \
+                     (autoscaling/v2): it scales {}",
+                    target["name"]
+                ));
             }
             if !gp.deployment["spec"]["replicas"].is_null() {
                 p.push("the Deployment sets replicas although the HPA owns the count".into());
@@ -511,11 +762,21 @@ pub fn wiring_problems(r: &Rendered, keys: &KeyDir) -> Vec<String> {
 
     // ServiceMonitor, checked structurally (no CRD schema is bundled).
     let monitors = r.all("ServiceMonitor");
-    if monitors.is_empty() {
+    if own && monitors.is_empty() {
         p.push("no ServiceMonitor".into());
     }
+    let service_name = service
+        .ok()
+        .and_then(|s| s["metadata"]["name"].as_str())
+        .unwrap_or(GATEWAY);
     for sm in monitors {
-        p.extend(service_monitor_problems(r, sm, admin_port));
+        p.extend(service_monitor_problems(
+            r,
+            sm,
+            service_name,
+            gp.layout.admin_port(),
+            admin_port,
+        ));
     }
     p
 }
@@ -523,8 +784,14 @@ pub fn wiring_problems(r: &Rendered, keys: &KeyDir) -> Vec<String> {
 /// A ServiceMonitor (monitoring.coreos.com/v1) checked field by field: the fields this
 /// project uses are typed as in the prometheus-operator CRD (durations in its
 /// `1h30m`/`30s`/`500ms` format), unknown fields are refused, and it must select exactly the
-/// gateway Service and scrape its `admin` port at `/metrics`.
-fn service_monitor_problems(r: &Rendered, sm: &Value, admin_port: Option<u64>) -> Vec<String> {
+/// gateway's Service (`service`) and scrape its admin port (named `admin_name`) at `/metrics`.
+fn service_monitor_problems(
+    r: &Rendered,
+    sm: &Value,
+    service: &str,
+    admin_name: &str,
+    admin_port: Option<u64>,
+) -> Vec<String> {
     const SPEC_FIELDS: &[&str] = &["selector", "endpoints", "namespaceSelector", "jobLabel"];
     const ENDPOINT_FIELDS: &[&str] = &[
         "port",
@@ -557,9 +824,9 @@ fn service_monitor_problems(r: &Rendered, sm: &Value, admin_port: Option<u64>) -
             )
         })
         .collect();
-    if selected.len() != 1 || selected[0]["metadata"]["name"] != GATEWAY {
+    if selected.len() != 1 || selected[0]["metadata"]["name"] != service {
         p.push(format!(
-            "{at}: selects {:?}, not exactly Service/mrtr-gateway",
+            "{at}: selects {:?}, not exactly Service/{service}",
             selected
                 .iter()
                 .map(|s| &s["metadata"]["name"])
@@ -582,9 +849,9 @@ fn service_monitor_problems(r: &Rendered, sm: &Value, admin_port: Option<u64>) -
                 .iter()
                 .find(|x| x["name"].as_str() == port)
         });
-        if port != Some("admin") || svc_port.is_none() {
+        if port != Some(admin_name) || svc_port.is_none() {
             p.push(format!(
-                "{at}: endpoint port {} is not the Service's `admin`",
+                "{at}: endpoint port {} is not the Service's `{admin_name}`",
                 ep["port"]
             ));
         }
