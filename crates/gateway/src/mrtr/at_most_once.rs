@@ -90,6 +90,14 @@ pub fn claim_ttl(exp: u64, skew: Duration, now: u64) -> Duration {
     Duration::from_secs(last_accepted.saturating_sub(now).max(1))
 }
 
+/// The longest a claim can live when states live `ttl` and clocks differ by up to `skew`:
+/// [`claim_ttl`] for a state presented the moment it was sealed (whose `exp`, in whole seconds,
+/// may round up by one).
+pub fn longest_claim(ttl: Duration, skew: Duration) -> Duration {
+    let exp = ttl.as_secs().saturating_add(1);
+    claim_ttl(exp, skew, 0)
+}
+
 /// Claims the state `prior` for this presentation by `caller`, or answers as a duplicate.
 pub async fn claim(
     engine: &Engine,
