@@ -5,8 +5,9 @@
 //! built from one configuration stand for two gateway replicas sharing that Redis.
 //!
 //! The last tests run whole gateways (in process, in front of the in-repo legacy server,
-//! which counts tool executions) against that Redis: two replicas whose clocks differ, and a
-//! Redis that stalls past the command timeout (`CLIENT PAUSE`).
+//! which counts tool executions) against that Redis: two replicas whose clocks differ, a
+//! Redis that stalls past the command timeout (`CLIENT PAUSE`), and reloads that move the
+//! claims to another key prefix and to another Redis server (two servers).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -761,6 +762,24 @@ impl Pay {
     }
 }
 
+/// The configuration of a gateway in front of `legacy` claiming in `redis` (`redis_extra`:
+/// more `[single_use.redis]` lines).
+fn gateway_config(
+    legacy: &LegacyServer,
+    redis: &RedisServer,
+    state: &str,
+    single_use: &str,
+    redis_extra: &str,
+) -> mrtr_gateway::config::Config {
+    let extra = format!(
+        "[single_use]\nstore = \"redis\"\n{single_use}\n[single_use.redis]\nurls = [\"{}\"]\n\
+         command_timeout = \"{}ms\"\nconnect_timeout = \"300ms\"\n{redis_extra}\n",
+        redis.url(),
+        COMMAND_TIMEOUT.as_millis()
+    );
+    crate::support::config(&legacy.url(), "", state, &extra)
+}
+
 /// An in-process gateway in front of `legacy`, claiming in `redis`, reading `clock`.
 async fn gateway(
     legacy: &LegacyServer,
@@ -769,13 +788,7 @@ async fn gateway(
     single_use: &str,
     clock: Clock,
 ) -> (Arc<Gateway>, Running, String) {
-    let extra = format!(
-        "[single_use]\nstore = \"redis\"\n{single_use}\n[single_use.redis]\nurls = [\"{}\"]\n\
-         command_timeout = \"{}ms\"\nconnect_timeout = \"300ms\"\n",
-        redis.url(),
-        COMMAND_TIMEOUT.as_millis()
-    );
-    let cfg = crate::support::config(&legacy.url(), "", state, &extra);
+    let cfg = gateway_config(legacy, redis, state, single_use, "");
     let gw = Gateway::try_new_with_clock(cfg, clock).unwrap();
     let running = listener::start(gw.front.clone(), gw.config().listen.addr)
         .await
@@ -1038,4 +1051,167 @@ async fn an_outcome_lost_in_a_stall_is_recorded_once_redis_is_back() {
     );
     running.stop().await;
     legacy.shutdown().await;
+}
+
+/// Keys in `redis`'s database 0.
+async fn key_count(redis: &RedisServer) -> u64 {
+    redis::cmd("DBSIZE")
+        .query_async(&mut redis.admin().await)
+        .await
+        .unwrap()
+}
+
+/// A reload that moves the claims — another `key_prefix`, then another Redis server — keeps
+/// asking where they were: a completed state presented again after each move gets its first
+/// outcome and the tool does not run again. New claims go only to the store in force.
+#[tokio::test]
+async fn a_reload_that_moves_the_redis_store_never_forgets_a_claim() {
+    let a = RedisServer::start(&[]).await;
+    let b = RedisServer::start(&[]).await;
+    let pay = Pay::new(true);
+    let legacy = LegacyServer::start(LegacyServerConfig::default(), pay.handlers())
+        .await
+        .unwrap();
+    let runs = || legacy.stats().tool_finishes("pay");
+    let (gw, running, url) = gateway(&legacy, &a, "", "", Clock::system()).await;
+    let flow = || async {
+        let retry = pay_retry(&pay_round_one(&url).await);
+        let done = present_until_done(&url, &retry, Duration::from_secs(5)).await;
+        assert_eq!(crate::support::text(&done), "paid (yes)");
+        (retry, done)
+    };
+    let presented_again = |retry: Value| async {
+        let ex = ModernClient::new(&url)
+            .request("tools/call", retry)
+            .await
+            .unwrap();
+        ex.result()
+            .cloned()
+            .unwrap_or_else(|| panic!("{:?}", ex.message))
+    };
+
+    // Claimed under the default prefix on A; the reload moves claims to another prefix on A.
+    let (first, first_done) = flow().await;
+    assert_eq!(runs(), 1);
+    gw.apply_config(gateway_config(
+        &legacy,
+        &a,
+        "",
+        "",
+        "key_prefix = \"moved:\"",
+    ))
+    .unwrap();
+    assert_eq!(presented_again(first.clone()).await, first_done);
+    assert_eq!(
+        runs(),
+        1,
+        "the tool ran again after a reload to another key_prefix"
+    );
+    assert_eq!(gw.single_use().retired_stores(), 1);
+
+    // Claimed under the new prefix; the next reload moves claims to another server, B.
+    let (second, second_done) = flow().await;
+    assert_eq!(runs(), 2);
+    gw.apply_config(gateway_config(&legacy, &b, "", "", ""))
+        .unwrap();
+    assert_eq!(presented_again(second).await, second_done);
+    assert_eq!(presented_again(first).await, first_done);
+    assert_eq!(
+        runs(),
+        2,
+        "the tool ran again after a reload to another Redis"
+    );
+    assert_eq!(gw.single_use().retired_stores(), 2);
+
+    // A new state is claimed in B only: A, retired, is asked, never written.
+    let on_a = key_count(&a).await;
+    let on_b = key_count(&b).await;
+    let (third, third_done) = flow().await;
+    assert_eq!(presented_again(third).await, third_done);
+    assert_eq!(runs(), 3);
+    assert_eq!(
+        key_count(&a).await,
+        on_a,
+        "a claim was made in the retired Redis"
+    );
+    assert!(
+        key_count(&b).await > on_b,
+        "no claim was made in the Redis in force"
+    );
+    eprintln!(
+        "moved twice (prefix, then server): {} tool runs for 3 states, each presented again",
+        runs()
+    );
+    running.stop().await;
+    legacy.shutdown().await;
+}
+
+/// A retired Redis store is asked, never claimed in: an unstarted claim whose lease is gone is
+/// removed there (its owner can no longer start) so the state can be claimed in the new store;
+/// a started one still counts; and once the horizon has passed the old store is not asked.
+#[tokio::test]
+async fn a_retired_redis_store_answers_lookups_and_fences_abandoned_claims() {
+    let a = RedisServer::start(&[]).await;
+    let b = RedisServer::start(&[]).await;
+    let cfg_a = config(&a.url(), |r| r.claim_lease = "200ms".into());
+    let (s, _) = store(&cfg_a).await;
+    // Claims that live 2 s (the longest this store granted: the old store is asked that long).
+    let ttl = Duration::from_secs(2);
+    let abandoned = owner();
+    assert!(s.claim("abandoned", &abandoned, ttl).await.unwrap().owned());
+    let running = run(&s, "running", ttl).await;
+    let done = run(&s, "done", ttl).await;
+    s.complete("done", &done, Some(b"{}"), MINUTE)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // the claim lease passes
+
+    let moved = s
+        .reconfigured(&config(&b.url(), |_| {}), Duration::from_secs(2))
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved.retired_stores(), 1);
+    assert_eq!(
+        moved.claim("done", &owner(), MINUTE).await.unwrap(),
+        Claim::Done(Bytes::from_static(b"{}"))
+    );
+    assert_eq!(
+        moved.claim("running", &owner(), MINUTE).await.unwrap(),
+        Claim::InProgress
+    );
+    assert_eq!(
+        moved.claim("abandoned", &owner(), MINUTE).await.unwrap(),
+        Claim::Acquired
+    );
+    // Its first owner, late, cannot start it in the old store any more.
+    assert!(!s.start("abandoned", &abandoned, MINUTE).await.unwrap());
+    // The running claim settles in the store that granted it, and the new store sees that.
+    s.complete("running", &running, Some(b"1"), MINUTE)
+        .await
+        .unwrap();
+    assert_eq!(
+        moved.claim("running", &owner(), MINUTE).await.unwrap(),
+        Claim::Done(Bytes::from_static(b"1"))
+    );
+    // No claim made in the old store since the switch.
+    let mut admin = a.admin().await;
+    let claims: Vec<String> = redis::cmd("KEYS")
+        .arg("*:claim")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(claims.len(), 2, "{claims:?}");
+
+    // Once nothing in the old store can be live, it is not asked (even when it is down).
+    let mut a = a;
+    a.stop().await;
+    assert!(fails_closed(
+        &moved.claim("fresh", &owner(), MINUTE).await.unwrap_err()
+    ));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(moved.retired_stores(), 0);
+    assert_eq!(
+        moved.claim("fresh", &owner(), MINUTE).await.unwrap(),
+        Claim::Acquired
+    );
 }

@@ -1,7 +1,9 @@
 //! `https` upstreams through a real TLS terminator: Debian's nginx in front of the Python
-//! FastMCP legacy server (`mcp==1.30.0`), with certificates made by rcgen. Covers both HTTP
-//! transports, the CA file, the system store refusing an unknown CA, host-name verification,
-//! mTLS to the upstream, and a rotated CA file picked up by the file watcher.
+//! FastMCP legacy server (`mcp==1.30.0`), with certificates made by rcgen, and self-signed ones
+//! made by the `openssl` command line as operators make them. Covers both HTTP transports, the
+//! CA file, the system store refusing an unknown CA, host-name verification, mTLS to the
+//! upstream, a rotated CA file picked up by the file watcher, and the self-signed certificate:
+//! refused through `ca_file` with its real cause named, trusted through `pin_sha256`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::support::nginx::{Nginx, NginxTls};
 use crate::support::peers::tempdir::TempDir;
 use crate::support::peers::{PyLegacyServer, assert_ok, modern_scenario, result_text};
-use crate::support::tls::Ca;
+use crate::support::tls::{Ca, Leaf, openssl_self_signed, openssl_spki_pin};
 use crate::support::*;
 use mrtr_gateway::config::Config;
 use mrtr_gateway::gateway::Gateway;
@@ -291,4 +293,209 @@ fn write_atomically(path: &Path, contents: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, contents).unwrap();
     std::fs::rename(&tmp, path).unwrap();
+}
+
+// ---- self-signed certificates as operators make them (openssl req -x509) -------------------
+
+/// nginx presenting `server` in front of `legacy`.
+async fn nginx_presenting(server: &Leaf, legacy: &PyLegacyServer) -> Nginx {
+    let tls = NginxTls {
+        server,
+        client_ca_pem: None,
+        require_bearer: None,
+    };
+    Nginx::start(tls, legacy.port).await
+}
+
+/// `openssl req -x509 … -addext subjectAltName=DNS:localhost,IP:127.0.0.1` in `dir`
+/// (`server.crt`, `server.key`); OpenSSL 3 marks it CA:TRUE, which the test checks.
+fn operators_certificate(dir: &TempDir) -> Leaf {
+    let leaf = openssl_self_signed(
+        dir.path(),
+        "server",
+        "localhost",
+        "DNS:localhost,IP:127.0.0.1",
+        &[],
+    );
+    let text = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-ext", "basicConstraints", "-in"])
+        .arg(dir.path().join("server.crt"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("CA:TRUE"),
+        "openssl req -x509 made a certificate without CA:TRUE: the test would prove nothing"
+    );
+    leaf
+}
+
+fn pins_line(pins: &[&str]) -> String {
+    format!("pin_sha256 = {pins:?}\n")
+}
+
+/// The certificate `openssl req -x509` makes, trusted through `ca_file`: rustls refuses a CA
+/// certificate as the server's own. The client, `/readyz` and the log all name that cause and
+/// the two ways out, instead of "not signed by a CA the gateway trusts" (which it is).
+#[tokio::test]
+async fn a_self_signed_ca_certificate_in_ca_file_is_refused_naming_the_cause() {
+    crate::support::logs::capture();
+    let dir = TempDir::new("mrtr-openssl-ca-leaf");
+    let server = operators_certificate(&dir);
+    let legacy = PyLegacyServer::start(&[]).await;
+    let nginx = nginx_presenting(&server, &legacy).await;
+    let ca = format!(
+        "ca_file = {:?}\n",
+        dir.path().join("server.crt").display().to_string()
+    );
+    let cfg = config(
+        &format!("https://localhost:{}/mcp", nginx.port),
+        &ca,
+        "",
+        "",
+    );
+    let (gw, running, url) = start_gateway(cfg).await;
+
+    let (status, msg) = tools_list(&url).await;
+    assert_eq!(status, 502, "{msg}");
+    let told = msg["error"]["message"].as_str().unwrap_or_default();
+    for needle in [
+        "is a CA certificate",
+        "leaf certificate",
+        "upstream.pin_sha256",
+    ] {
+        assert!(told.contains(needle), "{needle:?} not in {msg}");
+    }
+    assert!(!told.contains("not signed by a CA"), "{msg}");
+    assert_metric!(
+        &gw,
+        "rejections_total",
+        &[("reason", "upstream_tls_failed"), ("fault", "upstream")],
+        1.0
+    );
+    let warned =
+        crate::support::logs::warn_lines(&crate::support::logs::request_id_of(&msg["error"]));
+    assert!(
+        warned.iter().any(|l| l.contains("is a CA certificate")),
+        "{warned:#?}"
+    );
+    let (ready, detail) = upstream_check(&gw).await;
+    assert!(!ready, "{detail}");
+    assert!(detail.contains("is a CA certificate"), "{detail}");
+    running.stop().await;
+    nginx.stop().await;
+
+    // The advice works: the same line with CA:FALSE makes a leaf that ca_file can trust.
+    let leaf = openssl_self_signed(
+        dir.path(),
+        "leaf",
+        "localhost",
+        "DNS:localhost,IP:127.0.0.1",
+        &["-addext", "basicConstraints=critical,CA:FALSE"],
+    );
+    let nginx = nginx_presenting(&leaf, &legacy).await;
+    let ca = format!(
+        "ca_file = {:?}\n",
+        dir.path().join("leaf.crt").display().to_string()
+    );
+    let cfg = config(
+        &format!("https://localhost:{}/mcp", nginx.port),
+        &ca,
+        "",
+        "",
+    );
+    let (gw, running, url) = start_gateway(cfg).await;
+    assert_greets_and_ready(&url, &gw, &nginx).await;
+    running.stop().await;
+    nginx.stop().await;
+    legacy.kill().await;
+}
+
+/// The same certificate trusted by its public key (`pin_sha256`, computed with openssl as
+/// curl's documentation gives it): a whole flow runs and the upstream is ready, by host name and
+/// by the IP address in its subjectAltName, with the pin in either spelling.
+#[tokio::test]
+async fn a_pinned_self_signed_certificate_is_trusted_as_itself() {
+    let dir = TempDir::new("mrtr-openssl-pinned");
+    let server = operators_certificate(&dir);
+    let pin = openssl_spki_pin(&dir.path().join("server.crt"));
+    let legacy = PyLegacyServer::start(&[]).await;
+    let nginx = nginx_presenting(&server, &legacy).await;
+    let bare = pin.trim_start_matches("sha256//");
+    openssl_self_signed(dir.path(), "other", "localhost", "DNS:localhost", &[]);
+    let other = openssl_spki_pin(&dir.path().join("other.crt"));
+    for (host, pins) in [
+        ("localhost", vec![pin.as_str()]),
+        // The next key listed beside the current one, as for a rotation.
+        ("127.0.0.1", vec![other.as_str(), bare]),
+    ] {
+        let cfg = config(
+            &format!("https://{host}:{}/mcp", nginx.port),
+            &pins_line(&pins),
+            "",
+            "",
+        );
+        let (gw, running, url) = start_gateway(cfg).await;
+        assert_greets_and_ready(&url, &gw, &nginx).await;
+        running.stop().await;
+    }
+    nginx.stop().await;
+    legacy.kill().await;
+}
+
+/// Pins that do not match the server's key are refused (and say so), and a matching pin does
+/// not excuse a host name the certificate does not carry.
+#[tokio::test]
+async fn a_wrong_pin_or_a_wrong_name_is_refused() {
+    let dir = TempDir::new("mrtr-openssl-wrong-pin");
+    let server = operators_certificate(&dir);
+    openssl_self_signed(dir.path(), "other", "localhost", "DNS:localhost", &[]);
+    let wrong = openssl_spki_pin(&dir.path().join("other.crt"));
+    let legacy = PyLegacyServer::start(&[]).await;
+    let nginx = nginx_presenting(&server, &legacy).await;
+
+    let cfg = config(
+        &format!("https://localhost:{}/mcp", nginx.port),
+        &pins_line(&[&wrong]),
+        "",
+        "",
+    );
+    let (gw, running, url) = start_gateway(cfg).await;
+    let (status, msg) = tools_list(&url).await;
+    assert_eq!(status, 502, "{msg}");
+    assert!(
+        msg["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("matches none of upstream.pin_sha256"),
+        "{msg}"
+    );
+    let (ready, detail) = upstream_check(&gw).await;
+    assert!(!ready && detail.contains("pin_sha256"), "{detail}");
+    running.stop().await;
+
+    // The right pin, but the URL names a host that is not in the certificate.
+    let named = openssl_self_signed(dir.path(), "named", "localhost", "DNS:legacy.example", &[]);
+    let right = openssl_spki_pin(&dir.path().join("named.crt"));
+    let nginx_named = nginx_presenting(&named, &legacy).await;
+    let cfg = config(
+        &format!("https://localhost:{}/mcp", nginx_named.port),
+        &pins_line(&[&right]),
+        "",
+        "",
+    );
+    let (gw, running, url) = start_gateway(cfg).await;
+    let (status, msg) = tools_list(&url).await;
+    assert_eq!(status, 502, "{msg}");
+    assert!(
+        msg["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not valid for the host name"),
+        "{msg}"
+    );
+    assert!(!upstream_check(&gw).await.0);
+    running.stop().await;
+    nginx_named.stop().await;
+    nginx.stop().await;
+    legacy.kill().await;
 }

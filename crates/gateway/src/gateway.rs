@@ -193,10 +193,16 @@ impl Gateway {
         let old = self.config();
         let auth = Authenticator::with_counters(new.auth.clone(), self.auth().counters().clone())
             .map_err(|e| e.to_string())?;
-        // Never forgets a claim: see `SingleUseStore::reconfigured`.
+        // Never forgets a claim: see `SingleUseStore::reconfigured`. A store the claims move
+        // away from is asked for as long as a claim made before this reload can live.
+        let claim_horizon = [&old.state, &new.state]
+            .iter()
+            .map(|s| crate::mrtr::at_most_once::longest_claim(s.ttl, s.clock_skew))
+            .max()
+            .unwrap_or_default();
         let single_use = self
             .single_use()
-            .reconfigured(&new.single_use)
+            .reconfigured(&new.single_use, claim_horizon)
             .map_err(|e| e.to_string())?;
         self.auth.store(Arc::new(auth));
         if let Some(store) = single_use {

@@ -141,3 +141,63 @@ pub async fn post(
         .to_bytes();
     Ok((status, body, server_cert))
 }
+
+/// A self-signed certificate made as operators make one, with the `openssl` command line:
+/// `openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=<cn> -addext subjectAltName=<san>`
+/// (OpenSSL 3 marks it `CA:TRUE`), plus `extra` arguments. Its files are written into `dir` as
+/// `<name>.crt` and `<name>.key`.
+pub fn openssl_self_signed(
+    dir: &std::path::Path,
+    name: &str,
+    cn: &str,
+    san: &str,
+    extra: &[&str],
+) -> Leaf {
+    let crt = dir.join(format!("{name}.crt"));
+    let key = dir.join(format!("{name}.key"));
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt)
+        .args(["-subj", &format!("/CN={cn}"), "-addext"])
+        .arg(format!("subjectAltName={san}"))
+        .args(extra)
+        .output()
+        .expect("the openssl command line is installed");
+    assert!(
+        out.status.success(),
+        "openssl req: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cert_pem = std::fs::read_to_string(&crt).unwrap();
+    let der = CertificateDer::from_pem_slice(cert_pem.as_bytes())
+        .unwrap()
+        .to_vec();
+    Leaf {
+        cert_pem,
+        key_pem: std::fs::read_to_string(&key).unwrap(),
+        der,
+    }
+}
+
+/// The `sha256//…` pin of the certificate file at `crt`, computed by the `openssl` command line
+/// the way curl's documentation gives it (public key → DER → SHA-256 → base64).
+pub fn openssl_spki_pin(crt: &std::path::Path) -> String {
+    let script = "openssl x509 -in \"$1\" -pubkey -noout | openssl pkey -pubin -outform der \
+                  | openssl dgst -sha256 -binary | base64";
+    let out = std::process::Command::new("sh")
+        .args(["-c", script, "sh"])
+        .arg(crt)
+        .output()
+        .expect("sh and openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    format!("sha256//{}", String::from_utf8(out.stdout).unwrap().trim())
+}

@@ -130,6 +130,46 @@ fn upstream_tls_files_are_checked_naming_key_and_variable() {
 }
 
 #[test]
+fn upstream_pins_are_checked_naming_the_key() {
+    let https = |rest: &str| {
+        format!(
+            "[upstream]\nurl = \"https://legacy.internal/mcp\"\n{rest}\n{}",
+            minimal()
+        )
+    };
+    let pin = "sha256//47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=";
+    let c = Config::from_toml_str(&https(&format!("pin_sha256 = [{pin:?}]")), &[], None).unwrap();
+    assert_eq!(c.upstream.tls.as_ref().unwrap().pins.len(), 1);
+    let e = err_of(&https(&format!("pin_sha256 = [{pin:?}, \"AAAA\"]")));
+    assert_eq!(e.key, "upstream.pin_sha256[1]", "{e}");
+    assert!(e.message.contains("32"), "{e}");
+    let e = err_of(&https("pin_sha256 = [\"not base64!\"]"));
+    assert_eq!(e.key, "upstream.pin_sha256[0]", "{e}");
+    // With the CA file: one or the other.
+    let e = err_of(&https(&format!(
+        "pin_sha256 = [{pin:?}]\nca_file = \"/nonexistent.pem\""
+    )));
+    assert_eq!(e.key, "upstream.pin_sha256", "{e}");
+    // Unused with a plain-http upstream.
+    let e = err_of(&format!(
+        "[upstream]\nurl = \"http://127.0.0.1:9001/mcp\"\npin_sha256 = [{pin:?}]\n{}",
+        minimal()
+    ));
+    assert_eq!(e.key, "upstream.pin_sha256", "{e}");
+    // From the environment, as a TOML array: the error names the variable.
+    let vars = [(
+        "MRTR_GATEWAY__UPSTREAM__PIN_SHA256".to_string(),
+        "[\"short\"]".to_string(),
+    )];
+    let e = Config::from_toml_str(&https(""), &vars, None).unwrap_err();
+    assert_eq!(e.key, "upstream.pin_sha256[0]");
+    assert_eq!(
+        e.env_var.as_deref(),
+        Some("MRTR_GATEWAY__UPSTREAM__PIN_SHA256")
+    );
+}
+
+#[test]
 fn upstream_check_timings_are_bounded() {
     let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
     assert_eq!(c.admin.upstream_check_cache, Duration::from_secs(2));

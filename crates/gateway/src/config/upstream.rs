@@ -196,13 +196,15 @@ fn stdio_config(
     })
 }
 
-/// The `https` upstream's TLS files, read and checked; refused where they would be unused.
+/// The `https` upstream's TLS files and pins, read and checked; refused where they would be
+/// unused.
 fn upstream_tls(
     raw: &RawUpstream,
     transport: UpstreamTransport,
     url: &url::Url,
     base_dir: Option<&Path>,
 ) -> Result<Option<crate::tls::upstream::UpstreamTls>, ConfigError> {
+    use crate::tls::server_verifier::SpkiPin;
     use crate::tls::upstream::{UpstreamTls, UpstreamTlsFiles};
     let files = UpstreamTlsFiles {
         ca_file: raw.ca_file.as_ref().map(|f| resolve(base_dir, f)),
@@ -212,19 +214,32 @@ fn upstream_tls(
     let https = transport != UpstreamTransport::Stdio && url.scheme() == "https";
     if !https {
         let set = [
-            ("upstream.ca_file", &files.ca_file),
-            ("upstream.client_cert_file", &files.client_cert_file),
-            ("upstream.client_key_file", &files.client_key_file),
+            ("upstream.ca_file", files.ca_file.is_some()),
+            (
+                "upstream.client_cert_file",
+                files.client_cert_file.is_some(),
+            ),
+            ("upstream.client_key_file", files.client_key_file.is_some()),
+            ("upstream.pin_sha256", !raw.pin_sha256.is_empty()),
         ];
-        if let Some((key, _)) = set.iter().find(|(_, v)| v.is_some()) {
+        if let Some((key, _)) = set.into_iter().find(|(_, is_set)| *is_set) {
             return Err(ConfigError::new(
-                *key,
+                key,
                 "only used with an https upstream.url (and an HTTP transport)",
             ));
         }
         return Ok(None);
     }
-    UpstreamTls::load(&files)
+    let pins = raw
+        .pin_sha256
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            SpkiPin::parse(text)
+                .map_err(|message| ConfigError::new(format!("upstream.pin_sha256[{i}]"), message))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    UpstreamTls::load(&files, &pins)
         .map(Some)
         .map_err(|e| ConfigError::new(e.key, e.message))
 }

@@ -141,6 +141,14 @@ async fn start(engine: &Engine, guard: Guard) -> Result<Guard, Rejection> {
     }
 }
 
+/// The longest a claim can live when states live `ttl` and clocks differ by up to `skew`:
+/// [`claim_ttl`] for a state presented the moment it was sealed (whose `exp`, in whole seconds,
+/// may round up by one).
+pub fn longest_claim(ttl: Duration, skew: Duration) -> Duration {
+    let exp = ttl.as_secs().saturating_add(1);
+    claim_ttl(exp, skew, 0)
+}
+
 /// Claims the state `prior` for this presentation by `caller`, or answers as a duplicate.
 pub async fn claim(
     engine: &Engine,

@@ -42,11 +42,15 @@
 //! retries claim at all is decided by [`policy::PolicyTable`] (`[single_use] policy` and
 //! `[[single_use.rules]]`).
 //!
-//! Reloads ([`SingleUseStore::reconfigured`]) never forget a claim made on this replica: when
-//! only limits change, the memory store is kept and its limits replaced; when the backend
-//! changes (memory → Redis, another Redis), a memory store that holds claims is *retired*: it
-//! is still asked first, until its entries expire, so a state claimed before the switch is
-//! never claimed again after it. Claims settle in the store that granted them.
+//! Reloads ([`SingleUseStore::reconfigured`]) never forget a claim: when only limits change,
+//! the memory store is kept and its limits replaced; when the claims move elsewhere (memory →
+//! Redis, Redis → memory, other Redis servers, another `key_prefix`), the store they were in is
+//! *retired*: still asked first (never claimed in) until the last claim it can hold has
+//! expired, so a state claimed before the switch is never claimed again after it. A retired
+//! memory store knows when it is empty; a retired Redis target is asked for the longest a claim
+//! can live (`state.ttl` + 2 × `state.clock_skew`, or longer if this replica made a longer
+//! claim there), and while it is, a lookup it cannot answer refuses the claim (fail closed, as
+//! for the store in force). Claims settle in the store that granted them.
 
 pub mod config;
 pub mod duplicate;
@@ -183,11 +187,16 @@ impl Owner {
 #[derive(Clone)]
 pub struct SingleUseStore {
     backend: Backend,
-    /// Memory stores replaced by reloads that still held entries: asked before `backend`
-    /// until they are empty.
-    retired: Arc<Vec<MemoryStore>>,
+    /// Stores replaced by reloads that may still hold claims: asked before `backend`, oldest
+    /// first, until they cannot hold any.
+    retired: Arc<Vec<Retired>>,
     /// What `backend` was built from (`[single_use]` without the policy rules).
     settings: String,
+    /// Where `backend` keeps claims, when that is Redis ([`redis_target`]).
+    target: Option<String>,
+    /// When the longest claim this store granted expires (a retired Redis target is asked at
+    /// least until then).
+    latest_expiry: Arc<std::sync::Mutex<Instant>>,
     metrics: SingleUseMetrics,
 }
 
@@ -195,6 +204,69 @@ pub struct SingleUseStore {
 enum Backend {
     Memory(MemoryStore),
     Redis(RedisStore),
+}
+
+/// A store a reload replaced while it could still hold claims.
+#[derive(Clone)]
+enum Retired {
+    /// Asked while it holds entries (it knows when they expire).
+    Memory(MemoryStore),
+    /// Claims under another Redis target: asked (never claimed in) until `until`, when the
+    /// last claim it can hold has expired.
+    Redis {
+        store: RedisStore,
+        target: String,
+        until: Instant,
+    },
+}
+
+impl Retired {
+    /// Whether it may still hold a claim.
+    fn live(&self, now: Instant) -> bool {
+        match self {
+            Retired::Memory(m) => !m.is_empty(),
+            Retired::Redis { until, .. } => *until > now,
+        }
+    }
+
+    /// What holds `id` here (`None`: nothing, or this store cannot hold claims any more).
+    async fn lookup(&self, id: &str, now: Instant) -> Result<Option<Claim>, StoreError> {
+        match self {
+            Retired::Memory(m) => Ok(m.peek(id)),
+            Retired::Redis { until, .. } if *until <= now => Ok(None),
+            Retired::Redis { store, .. } => store.lookup(id).await.map_err(|e| match e {
+                StoreError::Unavailable(m) => StoreError::Unavailable(format!(
+                    "the Redis store a reload retired (asked until its claims expire): {m}"
+                )),
+                other => other,
+            }),
+        }
+    }
+}
+
+/// Where a Redis configuration keeps its claims: the servers (URLs without credentials: a new
+/// password reaches the same data), cluster or not, and the key prefix. `None` for memory.
+fn redis_target(cfg: &SingleUseConfig) -> Option<String> {
+    if cfg.store != StoreKind::Redis {
+        return None;
+    }
+    let urls: Vec<String> = cfg
+        .redis
+        .urls
+        .iter()
+        .map(|u| match url::Url::parse(u.as_str()) {
+            Ok(mut url) => {
+                let _ = url.set_username("");
+                let _ = url.set_password(None);
+                url.to_string()
+            }
+            Err(_) => u.as_str().to_string(),
+        })
+        .collect();
+    Some(format!(
+        "{urls:?} cluster={} prefix={:?}",
+        cfg.redis.cluster, cfg.redis.key_prefix
+    ))
 }
 
 /// Ids are minted by the gateway (22 characters of base64url); anything else is a bug, and a
@@ -257,6 +329,8 @@ impl SingleUseStore {
             backend,
             retired: Arc::new(Vec::new()),
             settings: settings_of(cfg),
+            target: redis_target(cfg),
+            latest_expiry: Arc::new(std::sync::Mutex::new(Instant::now())),
             metrics,
         })
     }
@@ -270,23 +344,27 @@ impl SingleUseStore {
     }
 
     /// The store to use after a reload to `cfg`, or `None` when this one serves unchanged.
-    /// Nothing this replica claimed is forgotten: memory → memory keeps the store (with the
-    /// new limits); any other change builds the new backend and retires a memory store that
-    /// still holds entries (asked first until they expire). Claims in flight settle in the
-    /// store that granted them. Leaving a Redis store leaves its claims in Redis (they are
-    /// the fleet's, and Redis keeps them); moving to memory makes claims per replica again.
+    /// Nothing claimed before is forgotten: memory → memory keeps the store (with the new
+    /// limits); any other change builds the new backend and retires the old one when its
+    /// claims are elsewhere than the new one's: a memory store while it holds entries, a Redis
+    /// target for `claim_horizon` (how long a claim made under the configuration being
+    /// replaced can live) or until the longest claim it granted here expires, whichever is
+    /// later. Claims in flight settle in the store that granted them.
     pub fn reconfigured(
         &self,
         cfg: &SingleUseConfig,
+        claim_horizon: Duration,
     ) -> Result<Option<SingleUseStore>, StoreError> {
         let settings = settings_of(cfg);
         if settings == self.settings {
             return Ok(None);
         }
-        let mut retired: Vec<MemoryStore> = self
+        let now = Instant::now();
+        let target = redis_target(cfg);
+        let mut retired: Vec<Retired> = self
             .retired
             .iter()
-            .filter(|m| !m.is_empty())
+            .filter(|r| r.live(now))
             .cloned()
             .collect();
         let backend = match (&self.backend, cfg.store) {
@@ -300,66 +378,117 @@ impl SingleUseStore {
             }
             (old, _) => {
                 let new = SingleUseStore::build(cfg, self.metrics.clone())?;
-                if let Backend::Memory(m) = old
-                    && !m.is_empty()
-                {
-                    tracing::info!(
-                        entries = m.len(),
-                        to = new.kind(),
-                        "single-use store switched; the claims held in memory are still                          honoured on this replica until they expire"
-                    );
-                    retired.push(m.clone());
+                match old {
+                    Backend::Memory(m) if !m.is_empty() => {
+                        tracing::info!(
+                            entries = m.len(),
+                            to = new.kind(),
+                            "single-use store switched; the claims held in memory are still \
+                             honoured on this replica until they expire"
+                        );
+                        retired.push(Retired::Memory(m.clone()));
+                    }
+                    Backend::Redis(r) if self.target != target => {
+                        let latest = *self.latest_expiry.lock().expect("not poisoned");
+                        let until = latest.max(now + claim_horizon);
+                        tracing::warn!(
+                            to = new.kind(),
+                            asked_for_secs = until.saturating_duration_since(now).as_secs(),
+                            "single-use claims moved to another store; the previous Redis \
+                             target is still asked (never claimed in) until its claims have \
+                             expired: keep it reachable until then, or retries that it must \
+                             be asked about are refused (503)"
+                        );
+                        retired.push(Retired::Redis {
+                            store: r.clone(),
+                            target: self.target.clone().unwrap_or_default(),
+                            until,
+                        });
+                    }
+                    _ => {}
                 }
                 new.backend
             }
         };
+        // A target in force again is asked as the backend, not as a retired store.
+        if let Some(t) = &target {
+            retired.retain(|r| !matches!(r, Retired::Redis { target, .. } if target == t));
+        }
         if let Backend::Memory(_) = backend {
             warn_per_replica();
         }
+        // The same target (new limits, timeouts or password) holds the same claims: the
+        // longest one granted there carries over.
+        let latest_expiry = if target == self.target {
+            self.latest_expiry.clone()
+        } else {
+            Arc::new(std::sync::Mutex::new(now))
+        };
         Ok(Some(SingleUseStore {
             backend,
             retired: Arc::new(retired),
             settings,
+            target,
+            latest_expiry,
             metrics: self.metrics.clone(),
         }))
     }
 
     /// Claims `id` for `owner` for `ttl` (how long no replica may claim it again), or
-    /// reports what holds it. A retired memory store that still knows the id answers first.
+    /// reports what holds it. A retired store that still knows the id answers first.
     pub async fn claim(&self, id: &str, owner: &Owner, ttl: Duration) -> Result<Claim, StoreError> {
         let result = if !valid_id(id) {
             Err(StoreError::InvalidId)
-        } else if let Some(found) = self.retired.iter().find_map(|m| m.peek(id)) {
-            Ok(found)
         } else {
-            match &self.backend {
-                Backend::Memory(m) => m.claim(id, owner, ttl),
-                Backend::Redis(r) => r.claim(id, owner, ttl).await,
+            match self.retired_lookup(id).await {
+                Err(e) => Err(e),
+                Ok(Some(found)) => Ok(found),
+                Ok(None) => match &self.backend {
+                    Backend::Memory(m) => m.claim(id, owner, ttl),
+                    Backend::Redis(r) => r.claim(id, owner, ttl).await,
+                },
             }
         };
         match &result {
-            Ok(claim) => self.metrics.claimed(claim.metric_label()),
+            Ok(claim) => {
+                if claim.owned() {
+                    let mut latest = self.latest_expiry.lock().expect("not poisoned");
+                    *latest = (*latest).max(Instant::now() + ttl);
+                }
+                self.metrics.claimed(claim.metric_label())
+            }
             Err(e) => self.count_error(e),
         }
         result
     }
 
-    /// What holds `id` now, without claiming it (`None`: nothing does). A retired memory
-    /// store that still knows the id answers first, as for [`SingleUseStore::claim`].
+    /// What holds `id` now, without claiming it (`None`: nothing does). The retired stores
+    /// answer first, as for [`SingleUseStore::claim`].
     pub async fn peek(&self, id: &str) -> Result<Option<Claim>, StoreError> {
-        let result = if let Some(found) = self.retired.iter().find_map(|m| m.peek(id)) {
-            Ok(Some(found))
-        } else {
-            match self.backend_for(id) {
+        let result = match self.retired_lookup(id).await {
+            Err(e) => Err(e),
+            Ok(Some(found)) => Ok(Some(found)),
+            Ok(None) => match self.backend_for(id) {
                 Err(e) => Err(e),
                 Ok(Backend::Memory(m)) => Ok(m.peek(id)),
-                Ok(Backend::Redis(r)) => r.peek(id).await,
-            }
+                Ok(Backend::Redis(r)) => r.lookup(id).await,
+            },
         };
         if let Err(e) = &result {
             self.count_error(e);
         }
         result
+    }
+
+    /// What the retired stores know of `id`, oldest first.
+    async fn retired_lookup(&self, id: &str) -> Result<Option<Claim>, StoreError> {
+        let now = Instant::now();
+        for r in self.retired.iter() {
+            if let Some(found) = r.lookup(id, now).await? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
     }
 
     /// Marks `owner`'s claim on `id` started (its call may now reach the legacy server) with
@@ -482,9 +611,11 @@ impl SingleUseStore {
         }
     }
 
-    /// Memory stores retired by reloads and still holding entries.
+    /// Stores retired by reloads that may still hold claims (memory stores holding entries,
+    /// Redis targets within their time).
     pub fn retired_stores(&self) -> usize {
-        self.retired.iter().filter(|m| !m.is_empty()).count()
+        let now = Instant::now();
+        self.retired.iter().filter(|r| r.live(now)).count()
     }
 
     pub(crate) fn metrics(&self) -> &SingleUseMetrics {

@@ -19,6 +19,10 @@
 //! - **complete**: only if the claim is `s:<owner>`, store the outcome and flip the claim to
 //!   `d`/`n`, both with the new `PX`, and drop the lease.
 //! - **release**: delete the claim only if it is still the owner's (`c:` or `s:`).
+//! - **lookup** (a store retired by a reload, see [`super::SingleUseStore::reconfigured`]):
+//!   report what holds the id as the claim script would, without claiming it. A `c:` claim
+//!   whose lease is gone is deleted instead (its owner never started, and now never can: its
+//!   start finds no claim), so the id can be claimed in the store in force.
 //!
 //! Every call is bounded by `command_timeout` (the connection wait included), and any failure
 //! is an error, never a guess: the caller refuses the request (fail closed). Redis answering
@@ -114,12 +118,12 @@ end
 return 0
 ";
 
-// KEYS: claim, outcome, lease. Reads only. Replies as the claim script's, with {'x'} for an
-// absent claim and {'p'} for any claim whose owner may still act or has not started.
-const PEEK_SCRIPT: &str = r"
+// KEYS: claim, outcome, lease. Replies as CLAIM_SCRIPT's, or {} when nothing live holds the
+// id (an unstarted claim whose lease is gone is deleted: its owner can no longer start).
+const LOOKUP_SCRIPT: &str = r"
 local current = redis.call('GET', KEYS[1])
 if not current then
-  return {'x'}
+  return {}
 end
 if current == 'd' then
   local outcome = redis.call('GET', KEYS[2])
@@ -131,7 +135,13 @@ end
 if current == 'n' then
   return {'n'}
 end
-if string.sub(current, 1, 2) == 's:' and redis.call('EXISTS', KEYS[3]) == 0 then
+local phase = string.sub(current, 1, 2)
+local leased = redis.call('EXISTS', KEYS[3]) == 1
+if phase == 'c:' and not leased then
+  redis.call('DEL', KEYS[1])
+  return {}
+end
+if phase == 's:' and not leased then
   return {'l'}
 end
 return {'p'}
@@ -159,7 +169,7 @@ struct Scripts {
     start: Script,
     complete: Script,
     release: Script,
-    peek: Script,
+    lookup: Script,
 }
 
 impl RedisStore {
@@ -215,7 +225,7 @@ impl RedisStore {
                 start: Script::new(START_SCRIPT),
                 complete: Script::new(COMPLETE_SCRIPT),
                 release: Script::new(RELEASE_SCRIPT),
-                peek: Script::new(PEEK_SCRIPT),
+                lookup: Script::new(LOOKUP_SCRIPT),
             }),
         })
     }
@@ -234,42 +244,34 @@ impl RedisStore {
                     .arg(owner.token()),
             )
             .await?;
-        let mut parts = reply.into_iter();
-        match (parts.next().as_deref(), parts.next()) {
-            (Some(b"a"), None) => Ok(Claim::Acquired),
-            (Some(b"t"), None) => Ok(Claim::TakenOver),
-            (Some(b"p"), None) => Ok(Claim::InProgress),
-            (Some(b"l"), None) => Ok(Claim::Lost),
-            (Some(b"d"), Some(outcome)) => Ok(Claim::Done(Bytes::from(outcome))),
-            (Some(b"n"), None) => Ok(Claim::DoneNotKept),
-            _ => Err(StoreError::Unavailable(
+        match found(reply)? {
+            Some(claim) => Ok(claim),
+            None => Err(StoreError::Unavailable(
                 "unexpected reply from the claim script".into(),
             )),
         }
     }
 
-    /// What holds `id`, without claiming it; `None` when nothing does.
-    pub async fn peek(&self, id: &str) -> Result<Option<Claim>, StoreError> {
+    /// What holds `id` in this store, without claiming it (`None`: nothing live): for a store
+    /// a reload retired, and for the retries of a state-only round reading their call's outcome
+    /// (`SingleUseStore::peek`). An unstarted claim whose lease is gone is removed (see the
+    /// module documentation), so that the id can be claimed elsewhere.
+    pub async fn lookup(&self, id: &str) -> Result<Option<Claim>, StoreError> {
         let keys = self.keys(id);
         let reply: Vec<Vec<u8>> = self
             .invoke(
                 self.scripts
-                    .peek
+                    .lookup
                     .key(&keys.claim)
                     .key(&keys.outcome)
                     .key(&keys.lease),
             )
             .await?;
-        let mut parts = reply.into_iter();
-        match (parts.next().as_deref(), parts.next()) {
-            (Some(b"x"), None) => Ok(None),
-            (Some(b"p"), None) => Ok(Some(Claim::InProgress)),
-            (Some(b"l"), None) => Ok(Some(Claim::Lost)),
-            (Some(b"d"), Some(outcome)) => Ok(Some(Claim::Done(Bytes::from(outcome)))),
-            (Some(b"n"), None) => Ok(Some(Claim::DoneNotKept)),
-            _ => Err(StoreError::Unavailable(
-                "unexpected reply from the peek script".into(),
+        match found(reply)? {
+            Some(Claim::Acquired | Claim::TakenOver) => Err(StoreError::Unavailable(
+                "unexpected reply from the lookup script".into(),
             )),
+            other => Ok(other),
         }
     }
 
@@ -391,6 +393,25 @@ impl RedisStore {
             Ok(Err(e)) => Err(store_error(&e, self.command_timeout)),
         }
     }
+}
+
+/// A claim or lookup script's reply: `None` for the empty reply (nothing live).
+fn found(reply: Vec<Vec<u8>>) -> Result<Option<Claim>, StoreError> {
+    let mut parts = reply.into_iter();
+    Ok(Some(match (parts.next().as_deref(), parts.next()) {
+        (None, None) => return Ok(None),
+        (Some(b"a"), None) => Claim::Acquired,
+        (Some(b"t"), None) => Claim::TakenOver,
+        (Some(b"p"), None) => Claim::InProgress,
+        (Some(b"l"), None) => Claim::Lost,
+        (Some(b"d"), Some(outcome)) => Claim::Done(Bytes::from(outcome)),
+        (Some(b"n"), None) => Claim::DoneNotKept,
+        _ => {
+            return Err(StoreError::Unavailable(
+                "unexpected reply from a single-use script".into(),
+            ));
+        }
+    }))
 }
 
 /// The keys of one claim id; all three share its `{id}` hash tag (one cluster slot).

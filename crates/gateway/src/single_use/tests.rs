@@ -101,10 +101,12 @@ async fn a_reload_that_changes_only_limits_keeps_the_memory_store_and_its_claims
     s.claim("kept", &o, MINUTE).await.unwrap();
     assert!(s.start("kept", &o, MINUTE).await.unwrap());
     assert!(
-        s.reconfigured(&memory_config(10)).unwrap().is_none(),
+        s.reconfigured(&memory_config(10), MINUTE)
+            .unwrap()
+            .is_none(),
         "nothing changed"
     );
-    let reloaded = s.reconfigured(&memory_config(20)).unwrap().unwrap();
+    let reloaded = s.reconfigured(&memory_config(20), MINUTE).unwrap().unwrap();
     assert_eq!(reloaded.kind(), "memory");
     assert_eq!(
         reloaded.claim("kept", &owner(), MINUTE).await.unwrap(),
@@ -135,15 +137,50 @@ async fn a_new_redis_password_is_a_new_store() {
     )
     .unwrap();
     assert!(
-        s.reconfigured(&cfg("redis://:old@127.0.0.1:1/0"))
+        s.reconfigured(&cfg("redis://:old@127.0.0.1:1/0"), MINUTE)
             .unwrap()
             .is_none()
     );
-    assert!(
-        s.reconfigured(&cfg("redis://:new@127.0.0.1:1/0"))
-            .unwrap()
-            .is_some()
-    );
+    // The same servers and prefix: the claims are where they were, nothing is retired.
+    let new = s
+        .reconfigured(&cfg("redis://:new@127.0.0.1:1/0"), MINUTE)
+        .unwrap()
+        .unwrap();
+    assert_eq!(new.retired_stores(), 0);
+}
+
+#[tokio::test]
+async fn a_reload_that_moves_redis_claims_retires_the_old_target_for_the_horizon() {
+    let cfg = |url: &str, prefix: &str| {
+        let mut raw = config::RawSingleUse {
+            store: "redis".into(),
+            ..Default::default()
+        };
+        raw.redis.urls = vec![url.into()];
+        raw.redis.key_prefix = prefix.into();
+        SingleUseConfig::from_raw(&raw, None).unwrap()
+    };
+    let a = cfg("redis://127.0.0.1:1/0", "mrtr:");
+    let s = SingleUseStore::build(&a, SingleUseMetrics::unregistered()).unwrap();
+    // (the new configuration, what is retired once back on the first target)
+    for (moved, retired_back) in [
+        (cfg("redis://127.0.0.1:2/0", "mrtr:"), 1),
+        (cfg("redis://127.0.0.1:1/0", "other:"), 1),
+        (memory_config(10), 0), // an empty memory store holds nothing to ask
+    ] {
+        let r = s.reconfigured(&moved, MINUTE).unwrap().unwrap();
+        assert_eq!(r.retired_stores(), 1);
+        // Back to the first target: it is the backend again, not a retired store.
+        let back = r.reconfigured(&a, MINUTE).unwrap().unwrap();
+        assert_eq!(back.retired_stores(), retired_back);
+        assert!(back.reconfigured(&a, MINUTE).unwrap().is_none());
+    }
+    // With no time left to live, a retired target is not kept.
+    let r = s
+        .reconfigured(&cfg("redis://127.0.0.1:2/0", "mrtr:"), Duration::ZERO)
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.retired_stores(), 0);
 }
 
 #[tokio::test]
@@ -168,7 +205,7 @@ async fn a_reload_to_another_backend_still_honours_the_claims_held_in_memory() {
     raw.redis.command_timeout = "100ms".into();
     raw.redis.connect_timeout = "100ms".into();
     let cfg = SingleUseConfig::from_raw(&raw, None).unwrap();
-    let switched = s.reconfigured(&cfg).unwrap().unwrap();
+    let switched = s.reconfigured(&cfg, MINUTE).unwrap().unwrap();
     assert_eq!(switched.kind(), "redis");
     assert_eq!(switched.retired_stores(), 1);
     assert_eq!(

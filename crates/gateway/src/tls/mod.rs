@@ -1,9 +1,11 @@
 //! TLS below every layer that speaks it: the one rustls crypto provider (aws-lc-rs) that every
 //! TLS configuration of the gateway is built with — the front listener's (`front::tls`) and
 //! the upstream client's alike — and the upstream client's TLS configuration ([`upstream`]:
-//! CA file or system store, client certificate, handshake failures as classes), which the
-//! configuration loader builds and the legacy HTTP client uses.
+//! CA file, system store or pinned keys, client certificate, handshake failures as classes),
+//! which the configuration loader builds and the legacy HTTP client uses, and how the server's
+//! certificate is judged ([`server_verifier`]).
 
+pub mod server_verifier;
 pub mod upstream;
 
 use std::sync::Arc;

@@ -1,17 +1,20 @@
-//! TLS toward an `https` legacy server: which CAs to trust, which client certificate to show,
-//! and how a failed handshake is told.
+//! TLS toward an `https` legacy server: which certificates to trust, which client certificate
+//! to show, and how a failed handshake is told.
 //!
-//! Trust comes from `upstream.ca_file` (a PEM bundle) when it is set, and from the system's
-//! CA store otherwise; the name in `upstream.url` must match the server's certificate
-//! (rustls' WebPKI verifier, no way to turn it off). `upstream.client_cert_file` and
-//! `upstream.client_key_file` give the gateway a certificate for upstreams that ask for one
-//! (mTLS). The files are read when the configuration is validated, so `check-config` refuses a
-//! file that does not parse, and a reload that finds them changed (their content is part of the
-//! configuration's identity, see [`UpstreamTls`]'s `Debug`) swaps in a new upstream client.
+//! Trust comes from one of three places: `upstream.pin_sha256` (the SHA-256 of the server
+//! certificate's public key, for a self-signed certificate trusted as itself: no chain, see
+//! [`super::server_verifier`]), else `upstream.ca_file` (a PEM bundle of CAs), else the system's
+//! CA store. The name in `upstream.url` must match the server's certificate in every case
+//! (no way to turn it off). `upstream.client_cert_file` and `upstream.client_key_file` give the
+//! gateway a certificate for upstreams that ask for one (mTLS). The files are read when the
+//! configuration is validated, so `check-config` refuses a file that does not parse, and a
+//! reload that finds them (or the pins) changed (their content is part of the configuration's
+//! identity, see [`UpstreamTls`]'s `Debug`) swaps in a new upstream client.
 //!
 //! A handshake failure becomes a [`TlsFailure`]: a short class the client may be told (the
-//! certificate is not trusted, not valid for the name, expired; the upstream refused the
-//! gateway's certificate), never the peer's certificate or the files' paths.
+//! certificate is not trusted, is a CA certificate used as the server's own, does not match the
+//! pins, is not valid for the name, expired; the upstream refused the gateway's certificate),
+//! never the peer's certificate or the files' paths.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,6 +23,8 @@ use rustls::ClientConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::{Digest, Sha256};
+
+use super::server_verifier::{ChainVerifier, PinVerifier, Refusal, SpkiPin};
 
 /// The configured TLS files for an `https` upstream (paths already resolved).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,8 +49,12 @@ impl UpstreamTlsFiles {
 #[derive(Clone)]
 pub struct UpstreamTls {
     pub files: UpstreamTlsFiles,
+    /// `upstream.pin_sha256`: when not empty, the server's certificate is trusted by its public
+    /// key instead of a CA chain.
+    pub pins: Vec<SpkiPin>,
     config: Arc<ClientConfig>,
-    /// SHA-256 over the files' bytes: a rotated certificate under the same path is a change.
+    /// SHA-256 over the files' bytes and the pins: a rotated certificate under the same path,
+    /// or another pin, is a change.
     fingerprint: [u8; 32],
 }
 
@@ -58,6 +67,7 @@ impl std::fmt::Debug for UpstreamTls {
             .collect();
         f.debug_struct("UpstreamTls")
             .field("files", &self.files)
+            .field("pins", &self.pins)
             .field("fingerprint", &hex)
             .finish()
     }
@@ -99,12 +109,27 @@ fn certificates(
 }
 
 impl UpstreamTls {
-    /// Reads and checks the files; the system CA store when no `ca_file` is given.
-    pub fn load(files: &UpstreamTlsFiles) -> Result<UpstreamTls, TlsFileError> {
+    /// Reads and checks the files; trusts `pins` when there are any, else `ca_file`, else the
+    /// system CA store.
+    pub fn load(files: &UpstreamTlsFiles, pins: &[SpkiPin]) -> Result<UpstreamTls, TlsFileError> {
         let mut hash = Sha256::new();
         let mut roots = rustls::RootCertStore::empty();
-        match &files.ca_file {
-            Some(path) => {
+        hash.update((pins.len() as u64).to_be_bytes());
+        for pin in pins {
+            hash.update(pin.as_bytes());
+        }
+        match (&files.ca_file, pins.is_empty()) {
+            (Some(_), false) => {
+                return Err(TlsFileError {
+                    key: "upstream.pin_sha256",
+                    message: "replaces the CA check, so upstream.ca_file must not be set with it \
+                              (remove one of the two)"
+                        .into(),
+                });
+            }
+            // Pinned: no CA is trusted at all.
+            (None, false) => {}
+            (Some(path), true) => {
                 let pem = read("upstream.ca_file", path, &mut hash)?;
                 for cert in certificates("upstream.ca_file", path, &pem)? {
                     roots
@@ -112,7 +137,7 @@ impl UpstreamTls {
                         .map_err(|e| file_error("upstream.ca_file", path, e))?;
                 }
             }
-            None => {
+            (None, true) => {
                 let found = rustls_native_certs::load_native_certs();
                 let (added, _) = roots.add_parsable_certificates(found.certs);
                 if added == 0 {
@@ -125,13 +150,25 @@ impl UpstreamTls {
                 }
             }
         }
-        let builder = ClientConfig::builder_with_provider(crate::tls::provider())
+        let provider = crate::tls::provider();
+        let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> = if pins.is_empty() {
+            Arc::new(
+                ChainVerifier::new(roots, provider.clone()).map_err(|message| TlsFileError {
+                    key: "upstream.ca_file",
+                    message,
+                })?,
+            )
+        } else {
+            Arc::new(PinVerifier::new(pins.to_vec(), provider.clone()))
+        };
+        let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsFileError {
                 key: "upstream.url",
                 message: e.to_string(),
             })?
-            .with_root_certificates(roots);
+            .dangerous()
+            .with_custom_certificate_verifier(verifier);
         let config = match (&files.client_cert_file, &files.client_key_file) {
             (None, None) => builder.with_no_client_auth(),
             (Some(cert_path), Some(key_path)) => {
@@ -165,6 +202,7 @@ impl UpstreamTls {
         // ALPN is left to the connector (hyper-rustls sets it from the HTTP versions it enables).
         Ok(UpstreamTls {
             files: files.clone(),
+            pins: pins.to_vec(),
             config: Arc::new(config),
             fingerprint: hash.finalize().into(),
         })
@@ -181,6 +219,15 @@ impl UpstreamTls {
 pub enum TlsFailure {
     #[error("its certificate is not signed by a CA the gateway trusts")]
     UntrustedCertificate,
+    #[error(
+        "its certificate is a CA certificate (basicConstraints CA:TRUE, as `openssl req -x509` \
+         makes by default), which is never accepted as a server's own certificate: make it a \
+         leaf certificate (CA:FALSE; with openssl add `-addext basicConstraints=critical,CA:FALSE`, \
+         or have a CA sign it), or trust this one by its public key with upstream.pin_sha256"
+    )]
+    CaCertificateAsServerCertificate,
+    #[error("its certificate's public key matches none of upstream.pin_sha256")]
+    PinMismatch,
     #[error("its certificate is not valid for the host name the gateway connects to")]
     WrongName,
     #[error("its certificate has expired or is not valid yet")]
@@ -217,6 +264,12 @@ impl TlsFailure {
         use rustls::CertificateError as C;
         match e {
             rustls::Error::InvalidCertificate(c) => match c {
+                C::Other(_) if Refusal::of(c) == Some(Refusal::CaAsServerCertificate) => {
+                    TlsFailure::CaCertificateAsServerCertificate
+                }
+                C::Other(_) if Refusal::of(c) == Some(Refusal::PinMismatch) => {
+                    TlsFailure::PinMismatch
+                }
                 C::NotValidForName | C::NotValidForNameContext { .. } => TlsFailure::WrongName,
                 C::Expired
                 | C::ExpiredContext { .. }
@@ -277,11 +330,10 @@ mod tests {
             client_cert_file: cert.map(p),
             client_key_file: key.map(p),
         };
-        let ok = UpstreamTls::load(&files(
-            Some("ca.pem"),
-            Some("client.pem"),
-            Some("client.key"),
-        ));
+        let ok = UpstreamTls::load(
+            &files(Some("ca.pem"), Some("client.pem"), Some("client.key")),
+            &[],
+        );
         assert!(ok.is_ok(), "{ok:?}");
         let cases = [
             (files(Some("missing.pem"), None, None), "upstream.ca_file"),
@@ -308,9 +360,39 @@ mod tests {
             ),
         ];
         for (f, key) in cases {
-            let e = UpstreamTls::load(&f).unwrap_err();
+            let e = UpstreamTls::load(&f, &[]).unwrap_err();
             assert_eq!(e.key, key, "{f:?}: {e:?}");
         }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn pins_replace_the_ca_file_and_are_part_of_the_identity() {
+        let dir = temp_dir("pins");
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, self_signed("a.test").0).unwrap();
+        let pin = |b: u8| SpkiPin::of_spki(&[b]);
+        let with_ca = UpstreamTlsFiles {
+            ca_file: Some(ca),
+            ..Default::default()
+        };
+        let e = UpstreamTls::load(&with_ca, &[pin(1)]).unwrap_err();
+        assert_eq!(e.key, "upstream.pin_sha256", "{e:?}");
+        assert!(e.message.contains("upstream.ca_file"), "{e:?}");
+        let none = UpstreamTlsFiles::default();
+        let one = format!("{:?}", UpstreamTls::load(&none, &[pin(1)]).unwrap());
+        assert_eq!(
+            one,
+            format!("{:?}", UpstreamTls::load(&none, &[pin(1)]).unwrap())
+        );
+        assert_ne!(
+            one,
+            format!("{:?}", UpstreamTls::load(&none, &[pin(2)]).unwrap())
+        );
+        assert_ne!(
+            one,
+            format!("{:?}", UpstreamTls::load(&none, &[pin(1), pin(2)]).unwrap())
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 
@@ -323,10 +405,16 @@ mod tests {
             ca_file: Some(ca.clone()),
             ..Default::default()
         };
-        let first = format!("{:?}", UpstreamTls::load(&files).unwrap());
-        assert_eq!(first, format!("{:?}", UpstreamTls::load(&files).unwrap()));
+        let first = format!("{:?}", UpstreamTls::load(&files, &[]).unwrap());
+        assert_eq!(
+            first,
+            format!("{:?}", UpstreamTls::load(&files, &[]).unwrap())
+        );
         std::fs::write(&ca, self_signed("b.test").0).unwrap();
-        assert_ne!(first, format!("{:?}", UpstreamTls::load(&files).unwrap()));
+        assert_ne!(
+            first,
+            format!("{:?}", UpstreamTls::load(&files, &[]).unwrap())
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 
@@ -352,6 +440,27 @@ mod tests {
         assert_eq!(
             TlsFailure::find(&std::io::Error::other("connection refused")),
             None
+        );
+        // The verifiers' own refusals, told apart by type.
+        for (refusal, failure) in [
+            (
+                Refusal::CaAsServerCertificate,
+                TlsFailure::CaCertificateAsServerCertificate,
+            ),
+            (Refusal::PinMismatch, TlsFailure::PinMismatch),
+        ] {
+            let e = std::io::Error::other(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::Other(rustls::OtherError(Arc::new(refusal))),
+            ));
+            assert_eq!(TlsFailure::find(&e), Some(failure));
+        }
+        // Someone else's `Other` stays an untrusted certificate.
+        let other = rustls::Error::InvalidCertificate(rustls::CertificateError::Other(
+            rustls::OtherError(Arc::new(std::io::Error::other("x"))),
+        ));
+        assert_eq!(
+            TlsFailure::find(&other),
+            Some(TlsFailure::UntrustedCertificate)
         );
     }
 }
