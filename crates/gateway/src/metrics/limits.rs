@@ -28,7 +28,9 @@ pub enum Limit {
     ParkingFull,
     ParkingPerPrincipal,
     ParkingStdioReserve,
+    ParkingNewcomerReserve,
     SingleUseMaxEntriesPerPrincipal,
+    SingleUseNewcomerReserve,
     // The legacy server.
     UpstreamMaxEventBytes,
     UpstreamMaxStreamBytes,
@@ -38,15 +40,17 @@ pub enum Limit {
     // Listen streams and legacy clients.
     MaxListenStreams,
     MaxListenStreamsPerPrincipal,
+    ListenStreamsNewcomerReserve,
     MaxResourceSubscriptions,
     MaxLegacyGetStreams,
     MaxLegacyGetStreamsPerPrincipal,
+    LegacyGetStreamsNewcomerReserve,
     LegacyPassthroughCallTimeout,
 }
 
 impl Limit {
     /// Every limit (keep in step with the enum: the documentation test walks this list).
-    pub const ALL: [Limit; 28] = [
+    pub const ALL: [Limit; 32] = [
         Limit::MaxConnections,
         Limit::MaxConnectionsPerSource,
         Limit::HeaderReadTimeout,
@@ -63,7 +67,9 @@ impl Limit {
         Limit::ParkingFull,
         Limit::ParkingPerPrincipal,
         Limit::ParkingStdioReserve,
+        Limit::ParkingNewcomerReserve,
         Limit::SingleUseMaxEntriesPerPrincipal,
+        Limit::SingleUseNewcomerReserve,
         Limit::UpstreamMaxEventBytes,
         Limit::UpstreamMaxStreamBytes,
         Limit::UpstreamMaxLineBytes,
@@ -71,9 +77,11 @@ impl Limit {
         Limit::StdioMaxChildren,
         Limit::MaxListenStreams,
         Limit::MaxListenStreamsPerPrincipal,
+        Limit::ListenStreamsNewcomerReserve,
         Limit::MaxResourceSubscriptions,
         Limit::MaxLegacyGetStreams,
         Limit::MaxLegacyGetStreamsPerPrincipal,
+        Limit::LegacyGetStreamsNewcomerReserve,
         Limit::LegacyPassthroughCallTimeout,
     ];
 
@@ -96,7 +104,9 @@ impl Limit {
             Limit::ParkingFull => "parking_full",
             Limit::ParkingPerPrincipal => "parking_per_principal",
             Limit::ParkingStdioReserve => "parking_stdio_reserve",
+            Limit::ParkingNewcomerReserve => "parking_newcomer_reserve",
             Limit::SingleUseMaxEntriesPerPrincipal => "single_use_max_entries_per_principal",
+            Limit::SingleUseNewcomerReserve => "single_use_newcomer_reserve",
             Limit::UpstreamMaxEventBytes => "upstream_max_event_bytes",
             Limit::UpstreamMaxStreamBytes => "upstream_max_stream_bytes",
             Limit::UpstreamMaxLineBytes => "upstream_max_line_bytes",
@@ -104,9 +114,11 @@ impl Limit {
             Limit::StdioMaxChildren => "stdio_max_children",
             Limit::MaxListenStreams => "max_listen_streams",
             Limit::MaxListenStreamsPerPrincipal => "max_listen_streams_per_principal",
+            Limit::ListenStreamsNewcomerReserve => "listen_streams_newcomer_reserve",
             Limit::MaxResourceSubscriptions => "max_resource_subscriptions",
             Limit::MaxLegacyGetStreams => "max_legacy_get_streams",
             Limit::MaxLegacyGetStreamsPerPrincipal => "max_legacy_get_streams_per_principal",
+            Limit::LegacyGetStreamsNewcomerReserve => "legacy_get_streams_newcomer_reserve",
             Limit::LegacyPassthroughCallTimeout => "legacy_passthrough_call_timeout",
         }
     }

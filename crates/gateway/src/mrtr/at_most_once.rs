@@ -18,9 +18,9 @@
 //!   spent: if the client went away and the call were cancelled, the answers it carried would
 //!   be lost with it and the user would have to start over. So a client disconnect does not
 //!   cancel a claimed retry: the legacy call goes on (bounded by `upstream.call_timeout`; it
-//!   holds no request slot, and drain does not wait for it: the process's exit ends it, and
-//!   its duplicates then learn the outcome was lost), its notifications are dropped, and its
-//!   outcome — the final result,
+//!   holds no request slot; a drain waits for it up to `drain.deadline` and otherwise records
+//!   its outcome as lost at once, see [`super::claimed_runs`]), its notifications are dropped,
+//!   and its outcome — the final result,
 //!   an error, or the next `input_required` with its new state — is kept for the next
 //!   presentation of the same state, which gets it (or "in progress" until it is there).
 //!   This departs from the spec's advice to stop work for a cancelled request on purpose, for
@@ -36,6 +36,7 @@ use std::time::Duration;
 use http::StatusCode;
 use serde_json::Value;
 
+use super::claimed_runs::Registration;
 use super::deps::Engine;
 use crate::caller_scope::Caller;
 use crate::error::{Fault, Recorded, Rejection, RejectionKind};
@@ -56,6 +57,8 @@ pub struct Guard {
     owner: Owner,
     /// When the claim expires (by the monotonic clock).
     until: tokio::time::Instant,
+    /// On this replica's list of claimed runs until settled (a drain waits for it).
+    registration: Registration,
 }
 
 /// What a claim attempt decided.
@@ -103,8 +106,14 @@ pub async fn claim(
     let store = engine.single_use();
     let owner = Owner::new(caller.as_str());
     let refused = |e: StoreError| {
-        if let StoreError::PrincipalQuota { .. } = e {
-            engine.limits.hit(Limit::SingleUseMaxEntriesPerPrincipal);
+        match e {
+            StoreError::PrincipalQuota { .. } => {
+                engine.limits.hit(Limit::SingleUseMaxEntriesPerPrincipal);
+            }
+            StoreError::NewcomerReserve { .. } => {
+                engine.limits.hit(Limit::SingleUseNewcomerReserve)
+            }
+            _ => {}
         }
         if e.may_have_landed() {
             // The claim may be in the store although its answer never came: this presentation
@@ -127,6 +136,9 @@ pub async fn claim(
     let run_lease = cfg.upstream.call_timeout + cfg.single_use.claim_lease;
     match store.start(&prior.id, &owner, run_lease).await {
         Ok(true) => Ok(Claimed::Owned(Guard {
+            registration: engine
+                .claimed_runs
+                .register(store.clone(), &prior.id, &owner),
             store,
             id: prior.id.clone(),
             owner,
@@ -169,6 +181,11 @@ fn replay(bytes: &[u8]) -> Result<Value, Rejection> {
 }
 
 impl Guard {
+    /// What cancels the claimed run: the drain giving it up, never its client leaving.
+    pub fn run_cancel(&self) -> tokio_util::sync::CancellationToken {
+        self.registration.cancel().clone()
+    }
+
     /// Records `outcome` for duplicates (an error as `render` answers it), or gives the claim
     /// back when nothing can have run (`may_have_run` false). `client_left`: the client went
     /// away during the call, which was finished anyway (counted).
@@ -179,6 +196,11 @@ impl Guard {
         may_have_run: bool,
         client_left: bool,
     ) {
+        if self.registration.given_up() {
+            // The drain recorded this outcome as lost and cancelled the call: what the
+            // cancelled call ended with is not the outcome.
+            return;
+        }
         if !may_have_run {
             self.store
                 .release_eventually(&self.id, &self.owner, self.until)

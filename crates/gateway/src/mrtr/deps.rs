@@ -18,6 +18,7 @@ use crate::sessions::Sessions;
 use crate::single_use::SingleUseStore;
 use crate::state::StateCodec;
 
+use super::claimed_runs::ClaimedRuns;
 use super::parking::ParkingLot;
 use super::round_shapes::RoundShapes;
 
@@ -40,6 +41,8 @@ pub struct Engine {
     pub relay: Arc<NotificationRelay>,
     /// What each round of a call asked the last time (closes known rounds early).
     pub round_shapes: RoundShapes,
+    /// Claimed retries running on this replica (a drain waits for them).
+    pub claimed_runs: Arc<ClaimedRuns>,
 }
 
 impl Engine {

@@ -19,6 +19,8 @@
 //! - **complete**: only if the claim is `s:<owner>`, store the outcome and flip the claim to
 //!   `d`/`n`, both with the new `PX`, and drop the lease.
 //! - **release**: delete the claim only if it is still the owner's (`c:` or `s:`).
+//! - **abandon**: only if the claim is `s:<owner>`, drop its lease now: the call's outcome is
+//!   lost, and the next claim says so at once (a drain giving up a call it cannot wait for).
 //!
 //! Every call is bounded by `command_timeout` (the connection wait included), and any failure
 //! is an error, never a guess: the caller refuses the request (fail closed). Redis answering
@@ -114,6 +116,15 @@ end
 return 0
 ";
 
+// KEYS: claim, lease. ARGV: owner token. 1 when the owner's started claim lost its lease.
+const ABANDON_SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) ~= 's:' .. ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[2])
+return 1
+";
+
 /// Cheap to clone; clones share the connection.
 #[derive(Clone)]
 pub struct RedisStore {
@@ -136,6 +147,7 @@ struct Scripts {
     start: Script,
     complete: Script,
     release: Script,
+    abandon: Script,
 }
 
 impl RedisStore {
@@ -191,6 +203,7 @@ impl RedisStore {
                 start: Script::new(START_SCRIPT),
                 complete: Script::new(COMPLETE_SCRIPT),
                 release: Script::new(RELEASE_SCRIPT),
+                abandon: Script::new(ABANDON_SCRIPT),
             }),
         })
     }
@@ -289,6 +302,20 @@ impl RedisStore {
             )
             .await?;
         Ok(removed == 1)
+    }
+
+    pub async fn abandon(&self, id: &str, owner: &Owner) -> Result<bool, StoreError> {
+        let keys = self.keys(id);
+        let ended: i64 = self
+            .invoke(
+                self.scripts
+                    .abandon
+                    .key(&keys.claim)
+                    .key(&keys.lease)
+                    .arg(owner.token()),
+            )
+            .await?;
+        Ok(ended == 1)
     }
 
     /// PING, bounded by the command timeout.
