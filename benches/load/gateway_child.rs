@@ -29,6 +29,9 @@ pub struct GatewayOptions {
     pub policy: String,
     pub parking_max_calls: usize,
     pub parking_max_per_principal: usize,
+    /// `quotas.newcomer_reserve`: the park run parks every call as one caller, so it turns the
+    /// reserve for other callers off.
+    pub newcomer_reserve: f64,
     pub parking_ttl: String,
     pub upstream_idle_timeout: String,
     pub max_concurrent_requests: usize,
@@ -49,6 +52,7 @@ impl Default for GatewayOptions {
             policy: "park-then-replay".into(),
             parking_max_calls: 1000,
             parking_max_per_principal: 100,
+            newcomer_reserve: 0.125,
             parking_ttl: "2m".into(),
             upstream_idle_timeout: "5m".into(),
             max_concurrent_requests: 1024,
@@ -94,7 +98,8 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
          [parking]\ndefault_policy = \"{policy}\"\nmax_calls = {calls}\nmax_per_principal = {per}\nttl = \"{ttl}\"\n\
          [log]\nlevel = \"{log_level}\"\n\
          [admin]\naddr = \"127.0.0.1:{admin_port}\"\n\
-         [drain]\nreadiness_delay = \"0s\"\ndeadline = \"2s\"\n",
+         [drain]\nreadiness_delay = \"0s\"\ndeadline = \"2s\"\n\
+         [quotas]\nnewcomer_reserve = {reserve}\n",
         max = o.max_concurrent_requests,
         idle = o.upstream_idle_timeout,
         secret = random_secret(),
@@ -105,6 +110,7 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
         per = o.parking_max_per_principal,
         ttl = o.parking_ttl,
         log_level = o.log_level,
+        reserve = o.newcomer_reserve,
     )
 }
 

@@ -131,6 +131,7 @@ async fn run(args: Args) -> Result<(), String> {
     if let Some(n) = args.park {
         options.parking_max_calls = n + 64;
         options.parking_max_per_principal = n + 64;
+        options.newcomer_reserve = 0.0;
         options.parking_ttl = "10m".into();
         options.upstream_idle_timeout = "30m".into();
     }

@@ -48,6 +48,8 @@ pub fn check(path: &Path) -> Result<Report, mrtr_gateway::config::ConfigError> {
             ));
         }
     }
+    // A per-caller share so wide it never binds leaves newcomers only the reserve.
+    warnings.extend(mrtr_gateway::config::ineffective_quotas(&c));
     let (_, hard) = descriptor_budget::limits();
     if let Some(warning) = descriptor_budget::shortfall(&descriptor_budget::need(&c), hard) {
         warnings.push(warning);

@@ -2,8 +2,9 @@
 //!
 //! The drain sequence: `/readyz` turns 503 at once (endpoints controllers stop sending new
 //! traffic), after `drain.readiness_delay` the listener stops accepting and long-lived
-//! responses end (listen streams with their final response), in-flight requests get up to
-//! `drain.deadline` to finish, then the process exits 0. A second signal during the
+//! responses end (listen streams with their final response), in-flight requests and claimed
+//! retries whose client went away get up to `drain.deadline` to finish (a claimed retry still
+//! running then is recorded as outcome lost at once), then the process exits 0. A second signal during the
 //! drain exits at once.
 
 use std::path::PathBuf;
@@ -34,6 +35,9 @@ pub async fn run(
     if let Some(warning) =
         descriptor_budget::shortfall(&descriptor_budget::need(&config), raised.after)
     {
+        tracing::warn!("{warning}");
+    }
+    for warning in mrtr_gateway::config::ineffective_quotas(&config) {
         tracing::warn!("{warning}");
     }
     let gw = Gateway::try_new(config).map_err(std::io::Error::other)?;
@@ -103,7 +107,24 @@ pub async fn run(
     let deadline = cfg.drain.deadline;
     drop(cfg);
     let closing = gw.drain.closing().clone();
-    listener::serve(gw.front.clone(), listener, tls, closing, deadline).await;
+    let (_, closed_at) = tokio::join!(
+        listener::serve(gw.front.clone(), listener, tls, closing.clone(), deadline),
+        async {
+            closing.cancelled().await;
+            tokio::time::Instant::now()
+        }
+    );
+    // Claimed retries whose client went away hold no connection, so the listener did not wait
+    // for them: their outcome is what the state's next presentation gets. They get what is
+    // left of the same deadline; those still running then are recorded as outcome lost.
+    let finished = gw.finish_claimed_runs(closed_at + deadline).await;
+    if finished != Default::default() {
+        tracing::info!(
+            settled = finished.settled,
+            given_up = finished.given_up,
+            "claimed retries handled"
+        );
+    }
     // Parked calls will never be resumed by this process: cancel them upstream.
     gw.release_parked().await;
     gw.drain.stop();

@@ -149,6 +149,7 @@ const MODULE_ORDER: &[&str] = &[
     "state",
     "auth",
     "caller_scope",
+    "fair_share",
     "single_use",
     "policy",
     "config",

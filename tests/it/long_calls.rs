@@ -403,3 +403,71 @@ async fn a_tool_longer_than_the_proxy_timeout_completes_through_state_only_round
     }
     legacy.kill().await;
 }
+
+/// A drain waits for a detached call (it holds no connection) and keeps its outcome; one still
+/// running at the drain's deadline is cancelled and recorded as lost at once, so its retries are
+/// not told "still running" until the run lease ends.
+#[tokio::test]
+async fn a_drain_keeps_a_detached_calls_outcome_or_records_it_lost_at_its_deadline() {
+    let env = env_with(
+        LegacyServerConfig::default(),
+        slow_handlers(),
+        "",
+        ROUND_AFTER,
+    )
+    .await;
+    let client = env.client();
+    let start = |ms: u64| {
+        let client = ModernClient::new(&env.url);
+        async move {
+            let args = json!({"ms": ms});
+            let first = client
+                .request("tools/call", json!({"name": "slow", "arguments": args}))
+                .await
+                .unwrap();
+            let first = first.result().unwrap().clone();
+            assert!(is_state_only(&first), "{first}");
+            (args, first)
+        }
+    };
+    let (short_args, short) = start(900).await;
+    let (long_args, long) = start(30_000).await;
+
+    let finished = env
+        .gw
+        .finish_claimed_runs(tokio::time::Instant::now() + Duration::from_secs(3))
+        .await;
+    assert_eq!((finished.settled, finished.given_up), (1, 1));
+
+    let (_, done) = collect(&client, "slow", &short_args, &short).await;
+    assert_eq!(text(&done), "slept 900");
+    let started = Instant::now();
+    let lost = client
+        .request(
+            "tools/call",
+            json!({"name": "slow", "arguments": long_args, "requestState": long["requestState"]}),
+        )
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(300),
+        "told at once"
+    );
+    assert_eq!(
+        lost.status,
+        http::StatusCode::CONFLICT,
+        "{:?}",
+        lost.message
+    );
+    // The given-up call was cancelled upstream.
+    assert!(
+        env.legacy
+            .stats()
+            .wait_until(|s| s.cancellations().len() == 1, Duration::from_secs(5))
+            .await,
+        "{:?}",
+        env.legacy.stats().cancellations()
+    );
+    assert_eq!(env.legacy.stats().tool_starts("slow"), 2);
+    env.stop().await;
+}

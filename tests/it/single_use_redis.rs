@@ -145,7 +145,7 @@ fn config(url: &str, tweak: impl FnOnce(&mut RawSingleUse)) -> SingleUseConfig {
     raw.redis.connect_timeout = "300ms".into();
     raw.redis.command_timeout = format!("{}ms", COMMAND_TIMEOUT.as_millis());
     tweak(&mut raw);
-    SingleUseConfig::from_raw(&raw, None).unwrap()
+    SingleUseConfig::from_raw(&raw, None, Default::default()).unwrap()
 }
 
 async fn store(cfg: &SingleUseConfig) -> (SingleUseStore, SingleUseMetrics) {

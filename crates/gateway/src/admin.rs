@@ -140,6 +140,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, shutdown: Cancellati
     let caps = move || Caps {
         total: caps_gw.config().admin.max_connections,
         per_source: None,
+        ipv6_prefix: 128,
     };
     let counter = LimitCounter {
         hits: gw.metrics.limits(),

@@ -31,19 +31,22 @@ impl CallerScope {
 }
 
 /// Whom a per-caller quota counts against (parked calls, single-use entries, listen streams,
-/// passed-through legacy GET streams): the principal, or, for anonymous callers, the principal
-/// and the source address. Every caller of an `auth.mode = "none"` gateway is `anonymous`; a
-/// quota keyed by that alone would let one of them exhaust it for everyone.
+/// passed-through legacy GET streams; see [`crate::fair_share`]): the principal, or, for
+/// anonymous callers, the principal and the source address. Every caller of an
+/// `auth.mode = "none"` gateway is `anonymous`; a quota keyed by that alone would let one of
+/// them exhaust it for everyone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Caller(String);
 
 impl Caller {
-    /// `anonymous`: whether the principal stands for every unauthenticated caller.
-    pub fn of(principal: &str, peer: IpAddr, anonymous: bool) -> Caller {
+    /// `anonymous`: whether the principal stands for every unauthenticated caller, who is then
+    /// told apart by source: IPv6 sources by their first `ipv6_prefix` bits
+    /// (`listen.ipv6_source_prefix`, see [`source_of`]).
+    pub fn of(principal: &str, peer: IpAddr, anonymous: bool, ipv6_prefix: u8) -> Caller {
         if !anonymous {
             return Caller(principal.to_string());
         }
-        Caller(format!("{principal}@{}", source_of(peer)))
+        Caller(format!("{principal}@{}", source_of(peer, ipv6_prefix)))
     }
 
     pub fn as_str(&self) -> &str {
@@ -51,13 +54,17 @@ impl Caller {
     }
 }
 
+/// Default `listen.ipv6_source_prefix`: one host commonly holds a whole /64.
+pub const DEFAULT_IPV6_SOURCE_PREFIX: u8 = 64;
+
 /// The unit a source address is counted in: the address itself for IPv4 (IPv4-mapped IPv6
-/// included), its /64 for IPv6, since one host commonly holds a whole /64.
-pub fn source_of(ip: IpAddr) -> IpAddr {
+/// included), its first `ipv6_prefix` bits (1 to 128) for IPv6.
+pub fn source_of(ip: IpAddr, ipv6_prefix: u8) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => {
-            let s = v6.segments();
-            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            let bits = u32::from(ipv6_prefix.clamp(1, 128));
+            let mask = u128::MAX << (128 - bits);
+            IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
         }
         v4 => v4,
     }
@@ -70,25 +77,39 @@ mod tests {
     #[test]
     fn anonymous_callers_are_told_apart_by_source_and_principals_are_not() {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let of = |p: &str, s: &str, anon: bool| Caller::of(p, ip(s), anon, 64);
         assert_eq!(
-            Caller::of("anonymous", ip("127.0.0.1"), true),
-            Caller::of("anonymous", ip("::ffff:127.0.0.1"), true)
+            of("anonymous", "127.0.0.1", true),
+            of("anonymous", "::ffff:127.0.0.1", true)
         );
         assert_ne!(
-            Caller::of("anonymous", ip("127.0.0.1"), true),
-            Caller::of("anonymous", ip("127.0.0.2"), true)
+            of("anonymous", "127.0.0.1", true),
+            of("anonymous", "127.0.0.2", true)
         );
         assert_eq!(
-            Caller::of("anonymous", ip("2001:db8::1"), true),
-            Caller::of("anonymous", ip("2001:db8::2"), true)
+            of("anonymous", "2001:db8::1", true),
+            of("anonymous", "2001:db8::2", true)
         );
         assert_eq!(
-            Caller::of("iss#alice", ip("127.0.0.1"), false),
-            Caller::of("iss#alice", ip("10.0.0.9"), false)
+            of("iss#alice", "127.0.0.1", false),
+            of("iss#alice", "10.0.0.9", false)
         );
-        assert_eq!(
-            Caller::of("iss#alice", ip("10.0.0.9"), false).as_str(),
-            "iss#alice"
-        );
+        assert_eq!(of("iss#alice", "10.0.0.9", false).as_str(), "iss#alice");
+    }
+
+    #[test]
+    fn the_ipv6_aggregation_prefix_is_the_configured_one() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let a = ip("2001:db8:0:1:aaaa::1");
+        let b = ip("2001:db8:0:1:bbbb::1");
+        let c = ip("2001:db8:0:2::1");
+        assert_eq!(source_of(a, 64), source_of(b, 64));
+        assert_ne!(source_of(a, 128), source_of(b, 128));
+        assert_eq!(source_of(a, 128), a);
+        assert_ne!(source_of(a, 64), source_of(c, 64));
+        assert_eq!(source_of(a, 48), source_of(c, 48));
+        assert_eq!(source_of(a, 48), ip("2001:db8::"));
+        // IPv4 is never aggregated, mapped or not.
+        assert_eq!(source_of(ip("::ffff:10.0.0.7"), 48), ip("10.0.0.7"));
     }
 }

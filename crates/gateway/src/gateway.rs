@@ -136,6 +136,7 @@ impl Gateway {
             relay: long_lived.relay_handle(),
             round_shapes: Default::default(),
             running: Default::default(),
+            claimed_runs: crate::mrtr::claimed_runs::ClaimedRuns::new(),
         });
         let front = Arc::new(Front {
             engine: engine.clone(),
@@ -228,6 +229,16 @@ impl Gateway {
             .resize(new.listen.max_concurrent_requests);
         self.config.store(Arc::new(new));
         Ok(())
+    }
+
+    /// The drain's wait for claimed retries (those whose client went away included): until
+    /// they settle or `deadline` (`drain.deadline` after the listener stopped accepting);
+    /// the ones still running then are cancelled and recorded as outcome lost at once.
+    pub async fn finish_claimed_runs(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> crate::mrtr::claimed_runs::Finished {
+        self.engine.claimed_runs.finish(deadline).await
     }
 
     /// Cancels every parked call upstream and closes warm sessions (shutdown).

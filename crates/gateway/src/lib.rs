@@ -12,6 +12,7 @@ pub mod descriptor_budget;
 pub mod discover;
 pub mod drain;
 pub mod error;
+pub mod fair_share;
 pub mod front;
 pub mod gateway;
 pub mod inherited_fds;

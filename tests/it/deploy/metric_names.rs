@@ -25,6 +25,7 @@ pub const METRICS: &[&str] = &[
     "single_use_pending_writes",
     "single_use_writes_retried_total",
     "single_use_detached_runs_total",
+    "single_use_lost_at_drain_total",
     "parked_calls",
     "config_reloads_total",
     "draining",

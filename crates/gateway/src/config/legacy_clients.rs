@@ -3,6 +3,7 @@
 
 use super::check::in_range;
 use super::{ConfigError, raw::RawLegacyClients};
+use crate::fair_share::{FairShare, Fractions};
 
 #[derive(Debug, Clone)]
 pub struct LegacyClientsConfig {
@@ -11,12 +12,14 @@ pub struct LegacyClientsConfig {
     pub enabled: bool,
     /// Passed-through standalone GET streams open at once on this replica.
     pub max_get_streams: usize,
-    /// Of those, how many one principal may hold.
-    pub max_get_streams_per_principal: usize,
+    /// How `max_get_streams` is divided between callers (`max_get_streams_per_principal`,
+    /// unset: `quotas.caller_share` of them; `quotas.newcomer_reserve`).
+    pub get_stream_share: FairShare,
 }
 
 pub(super) fn legacy_clients_config(
     raw: &RawLegacyClients,
+    fractions: Fractions,
 ) -> Result<LegacyClientsConfig, ConfigError> {
     let max_get_streams = in_range(
         "legacy_clients.max_get_streams",
@@ -24,14 +27,20 @@ pub(super) fn legacy_clients_config(
         1,
         1_000_000,
     )?;
+    let per_principal = raw
+        .max_get_streams_per_principal
+        .map(|n| {
+            in_range(
+                "legacy_clients.max_get_streams_per_principal",
+                n,
+                1,
+                1_000_000,
+            )
+        })
+        .transpose()?;
     Ok(LegacyClientsConfig {
         enabled: raw.enabled,
         max_get_streams,
-        max_get_streams_per_principal: in_range(
-            "legacy_clients.max_get_streams_per_principal",
-            raw.max_get_streams_per_principal,
-            1,
-            1_000_000,
-        )?,
+        get_stream_share: FairShare::of(max_get_streams, per_principal, fractions),
     })
 }

@@ -23,6 +23,9 @@ pub struct ListenConfig {
     /// Client connections open at once, and from one source address.
     pub max_connections: usize,
     pub max_connections_per_source: usize,
+    /// How many leading bits of an IPv6 source address make one source, for the per-source
+    /// connection cap and the quotas of anonymous callers (1 to 128; 64 by default).
+    pub ipv6_source_prefix: u8,
     /// HTTP/2 streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
     pub http2_max_concurrent_streams: u32,
 }
@@ -78,6 +81,8 @@ pub(super) fn listen_config(raw: &RawListen) -> Result<ListenConfig, ConfigError
             1,
             1_000_000,
         )?,
+        ipv6_source_prefix: in_range("listen.ipv6_source_prefix", raw.ipv6_source_prefix, 1, 128)?
+            as u8,
         http2_max_concurrent_streams: in_range(
             "listen.http2_max_concurrent_streams",
             raw.http2_max_concurrent_streams,

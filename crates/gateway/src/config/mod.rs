@@ -24,6 +24,7 @@ mod mrtr;
 pub mod new_key;
 mod parking;
 mod pool;
+mod quotas;
 pub mod raw;
 pub mod redact;
 mod replica;
@@ -49,6 +50,7 @@ pub use long_calls::{LongCallRule, LongCallsConfig};
 pub use mrtr::MrtrConfig;
 pub use parking::{ParkPolicy, ParkingConfig, ParkingRule};
 pub use pool::{PoolConfig, PoolMode};
+pub use quotas::ineffective_quotas;
 use raw::RawConfig;
 pub use replica::ReplicaConfig;
 pub use state::{StateConfig, decode_secret, load_keys_dir};
@@ -83,6 +85,8 @@ pub struct Config {
     /// What a legacy server may ask the client (`[policy]`).
     pub policy: crate::policy::PolicyConfig,
     pub legacy_clients: LegacyClientsConfig,
+    /// How every pool callers share is divided (`[quotas]`; the pools carry the result).
+    pub quotas: crate::fair_share::Fractions,
 }
 
 impl Config {
@@ -152,6 +156,8 @@ impl Config {
     /// order below: the first problem found is the one reported. Parking depends on the state
     /// TTL and the stdio children, and warm-up on the pool and auth sections, so they follow them.
     pub fn from_raw(raw: RawConfig, base_dir: Option<&Path>) -> Result<Config, ConfigError> {
+        // First: every pool below is divided between callers by these.
+        let quotas = quotas::quotas_config(&raw.quotas)?;
         let listen = listen::listen_config(&raw.listen)?;
         let upstream = upstream::upstream_config(&raw.upstream, base_dir)?;
         let state = state::state_config(&raw.state, base_dir)?;
@@ -164,17 +170,19 @@ impl Config {
         let drain = drain::drain_config(&raw.drain)?;
         let replica = replica::replica_config(&raw.replica)?;
         let parking =
-            parking::parking_config(&raw.parking, state.ttl, upstream.stdio.max_children)?;
-        let pool = pool::pool_config(&raw.pool)?;
+            parking::parking_config(&raw.parking, state.ttl, upstream.stdio.max_children, quotas)?;
+        let pool = pool::pool_config(&raw.pool, quotas)?;
         let auth = crate::auth::config::AuthConfig::from_raw(&raw.auth, base_dir)?;
         pool::check_warm_up(&pool, &auth)?;
-        let single_use = crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir)?;
-        let subscriptions = subscriptions::subscriptions_config(&raw.subscriptions)?;
+        let single_use =
+            crate::single_use::SingleUseConfig::from_raw(&raw.single_use, base_dir, quotas)?;
+        let subscriptions = subscriptions::subscriptions_config(&raw.subscriptions, quotas)?;
         let policy = crate::policy::PolicyConfig::from_raw(&raw.policy)?;
-        let legacy_clients = legacy_clients::legacy_clients_config(&raw.legacy_clients)?;
+        let legacy_clients = legacy_clients::legacy_clients_config(&raw.legacy_clients, quotas)?;
         let long_calls = long_calls::long_calls_config(&raw.long_calls)?;
         Ok(Config {
             long_calls,
+            quotas,
             legacy_clients,
             policy,
             pool,

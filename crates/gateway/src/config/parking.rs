@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::call_rule;
 use super::check::{in_range, nonzero_duration, positive_size};
 use super::{ConfigError, raw::RawParking};
+use crate::fair_share::{FairShare, Fractions};
 
 /// What happens to a blocked legacy call when the gateway returns `input_required`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +31,9 @@ pub struct ParkingRule {
 pub struct ParkingConfig {
     pub default_policy: ParkPolicy,
     pub max_calls: usize,
-    pub max_per_principal: usize,
+    /// How `max_calls` is divided between callers (`max_per_principal`, unset:
+    /// `quotas.caller_share` of them; `quotas.newcomer_reserve`).
+    pub call_share: FairShare,
     pub ttl: Duration,
     pub max_buffered_bytes: usize,
     /// Stdio children parking never takes: calls may park only while at least this many of
@@ -71,6 +74,7 @@ pub(super) fn parking_config(
     raw: &RawParking,
     state_ttl: Duration,
     stdio_max_children: usize,
+    fractions: Fractions,
 ) -> Result<ParkingConfig, ConfigError> {
     // Unset: two minutes, or the state TTL if that is shorter.
     let ttl = if raw.ttl.is_empty() {
@@ -101,10 +105,15 @@ pub(super) fn parking_config(
             policy: park_policy(&format!("parking.rules[{i}].policy"), &r.policy)?,
         });
     }
+    let max_calls = usize::try_from(raw.max_calls).unwrap_or(usize::MAX);
+    let per_principal = raw
+        .max_per_principal
+        .map(|n| in_range("parking.max_per_principal", n, 1, u64::MAX))
+        .transpose()?;
     Ok(ParkingConfig {
         default_policy: park_policy("parking.default_policy", &raw.default_policy)?,
-        max_calls: usize::try_from(raw.max_calls).unwrap_or(usize::MAX),
-        max_per_principal: usize::try_from(raw.max_per_principal).unwrap_or(usize::MAX),
+        max_calls,
+        call_share: FairShare::of(max_calls, per_principal, fractions),
         ttl,
         max_buffered_bytes: positive_size("parking.max_buffered_bytes", raw.max_buffered_bytes)?,
         // Unset: a quarter of the children, at least one.

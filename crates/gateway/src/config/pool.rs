@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use super::check::{duration, nonzero_duration};
+use super::check::{duration, in_range, nonzero_duration};
 use super::{ConfigError, raw::RawPool};
+use crate::fair_share::{FairShare, Fractions};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolMode {
@@ -19,6 +20,10 @@ pub struct PoolConfig {
     pub mode: PoolMode,
     pub max_idle_per_key: usize,
     pub max_idle: usize,
+    /// Idle sessions one caller scope (principal and forwarded credential) may hold, over all
+    /// its capability sets: `pool.max_idle_per_principal`, unset `quotas.caller_share` of
+    /// `max_idle`. The pool evicts rather than refuses, so the newcomers' reserve is not used.
+    pub idle_share: FairShare,
     pub idle_timeout: Duration,
     /// Sessions opened into the pool at start (`pool.warm_up`), declaring `warm_up_declared`.
     pub warm_up: usize,
@@ -31,7 +36,20 @@ pub struct PoolConfig {
     pub roots_refresh_probes: u32,
 }
 
-pub(super) fn pool_config(raw: &RawPool) -> Result<PoolConfig, ConfigError> {
+pub(super) fn pool_config(raw: &RawPool, fractions: Fractions) -> Result<PoolConfig, ConfigError> {
+    let max_idle = usize::try_from(raw.max_idle).unwrap_or(usize::MAX);
+    let per_principal = raw
+        .max_idle_per_principal
+        .map(|n| in_range("pool.max_idle_per_principal", n, 1, u64::MAX))
+        .transpose()?;
+    let idle_share = FairShare::of(
+        max_idle,
+        per_principal,
+        Fractions {
+            newcomer_reserve: 0.0,
+            ..fractions
+        },
+    );
     Ok(PoolConfig {
         mode: match raw.mode.as_str() {
             "pooled" => PoolMode::Pooled,
@@ -44,7 +62,8 @@ pub(super) fn pool_config(raw: &RawPool) -> Result<PoolConfig, ConfigError> {
             }
         },
         max_idle_per_key: usize::try_from(raw.max_idle_per_key).unwrap_or(usize::MAX),
-        max_idle: usize::try_from(raw.max_idle).unwrap_or(usize::MAX),
+        max_idle,
+        idle_share,
         idle_timeout: nonzero_duration("pool.idle_timeout", &raw.idle_timeout)?,
         warm_up: usize::try_from(raw.warm_up).unwrap_or(usize::MAX),
         warm_up_declared: warm_up_declared(&raw.warm_up_capabilities)?,

@@ -49,6 +49,25 @@ pub struct RawConfig {
     pub legacy_clients: RawLegacyClients,
     #[serde(default)]
     pub long_calls: RawLongCalls,
+    #[serde(default)]
+    pub quotas: RawQuotas,
+}
+
+/// `[quotas]`: how every per-caller pool is divided (see `crate::fair_share`).
+#[derive(Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawQuotas {
+    pub caller_share: f64,
+    pub newcomer_reserve: f64,
+}
+
+impl Default for RawQuotas {
+    fn default() -> Self {
+        RawQuotas {
+            caller_share: crate::fair_share::DEFAULT_CALLER_SHARE,
+            newcomer_reserve: crate::fair_share::DEFAULT_NEWCOMER_RESERVE,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, serde::Serialize)]
@@ -64,6 +83,7 @@ pub struct RawListen {
     pub body_read_timeout: String,
     pub max_connections: u64,
     pub max_connections_per_source: u64,
+    pub ipv6_source_prefix: u64,
     pub http2_max_concurrent_streams: u64,
 }
 
@@ -80,6 +100,7 @@ impl Default for RawListen {
             body_read_timeout: "10s".into(),
             max_connections: 4096,
             max_connections_per_source: 1024,
+            ipv6_source_prefix: u64::from(crate::caller_scope::DEFAULT_IPV6_SOURCE_PREFIX),
             http2_max_concurrent_streams: 100,
         }
     }
@@ -351,7 +372,7 @@ pub struct RawReplica {
 pub struct RawParking {
     pub default_policy: String,
     pub max_calls: u64,
-    pub max_per_principal: u64,
+    pub max_per_principal: Option<u64>,
     pub ttl: String,
     pub max_buffered_bytes: u64,
     pub stdio_reserved_children: Option<u64>,
@@ -363,7 +384,7 @@ impl Default for RawParking {
         RawParking {
             default_policy: "park-then-replay".into(),
             max_calls: 1000,
-            max_per_principal: 100,
+            max_per_principal: None,
             ttl: String::new(),
             max_buffered_bytes: 1024 * 1024,
             stdio_reserved_children: None,
@@ -387,6 +408,7 @@ pub struct RawPool {
     pub mode: String,
     pub max_idle_per_key: u64,
     pub max_idle: u64,
+    pub max_idle_per_principal: Option<u64>,
     pub idle_timeout: String,
     pub warm_up: u64,
     pub warm_up_capabilities: Vec<String>,
@@ -400,6 +422,7 @@ impl Default for RawPool {
             mode: "pooled".into(),
             max_idle_per_key: 8,
             max_idle: 256,
+            max_idle_per_principal: None,
             idle_timeout: "60s".into(),
             warm_up: 0,
             warm_up_capabilities: Vec::new(),
@@ -415,7 +438,7 @@ impl Default for RawPool {
 pub struct RawSubscriptions {
     pub keepalive: String,
     pub max_streams: u64,
-    pub max_streams_per_principal: u64,
+    pub max_streams_per_principal: Option<u64>,
     pub max_resource_subscriptions: u64,
 }
 
@@ -424,7 +447,7 @@ impl Default for RawSubscriptions {
         RawSubscriptions {
             keepalive: "15s".into(),
             max_streams: 256,
-            max_streams_per_principal: 16,
+            max_streams_per_principal: None,
             max_resource_subscriptions: 64,
         }
     }
@@ -436,7 +459,7 @@ impl Default for RawSubscriptions {
 pub struct RawLegacyClients {
     pub enabled: bool,
     pub max_get_streams: u64,
-    pub max_get_streams_per_principal: u64,
+    pub max_get_streams_per_principal: Option<u64>,
 }
 
 impl Default for RawLegacyClients {
@@ -444,7 +467,7 @@ impl Default for RawLegacyClients {
         RawLegacyClients {
             enabled: true,
             max_get_streams: 256,
-            max_get_streams_per_principal: 16,
+            max_get_streams_per_principal: None,
         }
     }
 }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::check::duration;
 use super::{ConfigError, raw::RawSubscriptions};
+use crate::fair_share::{FairShare, Fractions};
 
 /// `subscriptions/listen` streams.
 #[derive(Debug, Clone)]
@@ -12,14 +13,17 @@ pub struct SubscriptionsConfig {
     pub keepalive: Duration,
     /// Listen streams open at once on this replica.
     pub max_streams: usize,
-    /// Listen streams one principal may hold open at once.
-    pub max_streams_per_principal: usize,
+    /// How `max_streams` is divided between callers: what one may hold
+    /// (`max_streams_per_principal`, unset: `quotas.caller_share` of them) and what is kept
+    /// for callers holding none (`quotas.newcomer_reserve`).
+    pub stream_share: FairShare,
     /// URIs one listen request may subscribe to.
     pub max_resource_subscriptions: usize,
 }
 
 pub(super) fn subscriptions_config(
     raw: &RawSubscriptions,
+    fractions: Fractions,
 ) -> Result<SubscriptionsConfig, ConfigError> {
     let keepalive = duration("subscriptions.keepalive", &raw.keepalive)?;
     if keepalive < Duration::from_millis(100) || keepalive > Duration::from_secs(600) {
@@ -38,14 +42,15 @@ pub(super) fn subscriptions_config(
             Ok(n as usize)
         }
     };
+    let max_streams = bounded("subscriptions.max_streams", raw.max_streams, 1_000_000)?;
+    let per_principal = raw
+        .max_streams_per_principal
+        .map(|n| bounded("subscriptions.max_streams_per_principal", n, 1_000_000))
+        .transpose()?;
     Ok(SubscriptionsConfig {
         keepalive,
-        max_streams: bounded("subscriptions.max_streams", raw.max_streams, 1_000_000)?,
-        max_streams_per_principal: bounded(
-            "subscriptions.max_streams_per_principal",
-            raw.max_streams_per_principal,
-            1_000_000,
-        )?,
+        max_streams,
+        stream_share: FairShare::of(max_streams, per_principal, fractions),
         max_resource_subscriptions: bounded(
             "subscriptions.max_resource_subscriptions",
             raw.max_resource_subscriptions,

@@ -290,14 +290,26 @@ fn edge_limits_have_defaults_and_bounds_and_name_their_key_and_variable() {
         (4096, 1024)
     );
     assert_eq!(c.listen.http2_max_concurrent_streams, 100);
-    assert_eq!(c.subscriptions.max_streams_per_principal, 16);
+    // A quarter of each pool per caller, an eighth kept for newcomers.
+    assert_eq!(c.subscriptions.stream_share.per_caller, 64);
+    assert_eq!(c.subscriptions.stream_share.reserve, 32);
     assert_eq!(
         (
             c.legacy_clients.max_get_streams,
-            c.legacy_clients.max_get_streams_per_principal
+            c.legacy_clients.get_stream_share.per_caller
         ),
-        (256, 16)
+        (256, 64)
     );
+    assert_eq!(
+        (
+            c.parking.call_share.per_caller,
+            c.parking.call_share.reserve
+        ),
+        (250, 125)
+    );
+    assert_eq!(c.pool.idle_share.per_caller, 64);
+    assert_eq!(c.pool.idle_share.reserve, 0, "the idle pool evicts instead");
+    assert_eq!(c.listen.ipv6_source_prefix, 64);
     assert_eq!(
         (
             c.admin.max_connections,
@@ -367,6 +379,38 @@ fn edge_limits_have_defaults_and_bounds_and_name_their_key_and_variable() {
             "max_get_streams_per_principal = 0",
             "legacy_clients.max_get_streams_per_principal",
         ),
+        (
+            "listen",
+            "ipv6_source_prefix = 0",
+            "listen.ipv6_source_prefix",
+        ),
+        (
+            "listen",
+            "ipv6_source_prefix = 129",
+            "listen.ipv6_source_prefix",
+        ),
+        (
+            "parking",
+            "max_per_principal = 0",
+            "parking.max_per_principal",
+        ),
+        (
+            "pool",
+            "max_idle_per_principal = 0",
+            "pool.max_idle_per_principal",
+        ),
+        ("quotas", "caller_share = 0.0", "quotas.caller_share"),
+        ("quotas", "caller_share = 1.5", "quotas.caller_share"),
+        (
+            "quotas",
+            "newcomer_reserve = 0.6",
+            "quotas.newcomer_reserve",
+        ),
+        (
+            "quotas",
+            "newcomer_reserve = -0.1",
+            "quotas.newcomer_reserve",
+        ),
     ] {
         let e = err_of(&format!("[{section}]\n{body}\n{}", minimal()));
         assert_eq!(e.key, key, "{body}: {e}");
@@ -422,4 +466,57 @@ fn secrets_accept_both_alphabets() {
     assert!(decode_secret(KEY.trim_end_matches('=')).is_ok());
     let url_safe = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([0xfbu8; 32]);
     assert_eq!(decode_secret(&url_safe).unwrap(), [0xfb; 32]);
+}
+
+#[test]
+fn quotas_divide_every_pool_and_a_share_that_never_binds_is_reported() {
+    let c = Config::from_toml_str(
+        &format!(
+            "[quotas]\ncaller_share = 0.5\nnewcomer_reserve = 0.0\n\
+             [subscriptions]\nmax_streams = 10\n[listen]\nipv6_source_prefix = 56\n{}",
+            minimal()
+        ),
+        &[],
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            c.subscriptions.stream_share.per_caller,
+            c.subscriptions.stream_share.reserve
+        ),
+        (5, 0)
+    );
+    assert_eq!(c.single_use.entry_share.per_caller, 50_000);
+    assert_eq!(c.listen.ipv6_source_prefix, 56);
+    assert!(crate::config::ineffective_quotas(&c).is_empty());
+    // A pool's own key set at (or beyond) the pool less its reserve never binds.
+    let wide = Config::from_toml_str(
+        &format!(
+            "[single_use]\nmax_entries = 20\nmax_entries_per_principal = 10000\n\
+             [parking]\nmax_calls = 8\nmax_per_principal = 2\n{}",
+            minimal()
+        ),
+        &[],
+        None,
+    )
+    .unwrap();
+    let warnings = crate::config::ineffective_quotas(&wide);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("single_use.max_entries_per_principal: 20 of"),
+        "{warnings:?}"
+    );
+    assert!(warnings[0].contains("no effect"), "{warnings:?}");
+    // Environment overrides reach the new section too.
+    let vars = vec![(
+        "MRTR_GATEWAY__QUOTAS__CALLER_SHARE".to_string(),
+        "2".to_string(),
+    )];
+    let e = Config::from_toml_str(&minimal(), &vars, None).unwrap_err();
+    assert_eq!(e.key, "quotas.caller_share");
+    assert_eq!(
+        e.env_var.as_deref(),
+        Some("MRTR_GATEWAY__QUOTAS__CALLER_SHARE")
+    );
 }

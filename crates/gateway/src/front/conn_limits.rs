@@ -4,8 +4,8 @@
 //! A connection over a cap is closed as soon as it is accepted, before any byte is read: it
 //! costs its descriptor for an instant instead of for a timeout. Sources are compared as the
 //! peer sees them: an IPv4-mapped IPv6 address counts as the IPv4 address, and IPv6 sources
-//! count per /64 prefix (one host usually owns the whole prefix, so counting single addresses
-//! would not bound it).
+//! count per prefix of `listen.ipv6_source_prefix` bits (/64 by default: one host usually owns
+//! the whole prefix, so counting single addresses would not bound it).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -20,6 +20,8 @@ pub struct Caps {
     pub total: usize,
     /// `None`: no per-source cap.
     pub per_source: Option<usize>,
+    /// Leading bits of an IPv6 address that make one source (`listen.ipv6_source_prefix`).
+    pub ipv6_prefix: u8,
 }
 
 /// Which cap refused a connection.
@@ -71,7 +73,7 @@ impl ConnLimits {
 
     /// A place for a connection from `peer`, or which cap is full.
     pub fn admit(self: &Arc<Self>, peer: IpAddr, caps: Caps) -> Result<ConnPermit, Refusal> {
-        let source = source_of(peer);
+        let source = source_of(peer, caps.ipv6_prefix);
         let mut c = self.lock();
         if c.total >= caps.total {
             return Err(Refusal::Total);
@@ -108,6 +110,7 @@ mod tests {
         let caps = Caps {
             total: 3,
             per_source: Some(2),
+            ipv6_prefix: 64,
         };
         let a1 = l.admit(ip("127.0.0.1"), caps).unwrap();
         let _a2 = l.admit(ip("::ffff:127.0.0.1"), caps).unwrap();
@@ -124,11 +127,12 @@ mod tests {
     }
 
     #[test]
-    fn ipv6_sources_count_per_64_prefix() {
+    fn ipv6_sources_count_per_configured_prefix() {
         let l = ConnLimits::new();
         let caps = Caps {
             total: 10,
             per_source: Some(1),
+            ipv6_prefix: 64,
         };
         let _a = l.admit(ip("2001:db8:1:2::1"), caps).unwrap();
         assert_eq!(
@@ -139,7 +143,16 @@ mod tests {
         let unbounded = Caps {
             total: 10,
             per_source: None,
+            ipv6_prefix: 64,
         };
         let _b = l.admit(ip("2001:db8:1:2::1"), unbounded).unwrap();
+        // Per address: the two hosts of one /64 are two sources.
+        let per_address = Caps {
+            ipv6_prefix: 128,
+            ..caps
+        };
+        let l = ConnLimits::new();
+        let _c = l.admit(ip("2001:db8:1:2::1"), per_address).unwrap();
+        assert!(l.admit(ip("2001:db8:1:2:ffff::9"), per_address).is_ok());
     }
 }

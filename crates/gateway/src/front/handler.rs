@@ -182,6 +182,7 @@ async fn handle_inner(
         principal.as_str(),
         conn.peer.ip(),
         principal.as_str() == crate::auth::ANONYMOUS,
+        cfg.listen.ipv6_source_prefix,
     );
 
     // Phase 3: the body, within its size limit and its deadline. A late body closes the

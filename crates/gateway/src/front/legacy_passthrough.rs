@@ -36,8 +36,9 @@
 //! `upstream.call_timeout` (`limit_hits_total{limit="legacy_passthrough_call_timeout"}`); a GET
 //! stream lives until the client leaves or the gateway shuts down (the client reopens it, on
 //! any replica). A GET stream gives its request slot back once it starts; instead it counts
-//! against `legacy_clients.max_get_streams` per replica (503) and
-//! `legacy_clients.max_get_streams_per_principal` per caller (429).
+//! against `legacy_clients.max_get_streams` per replica (503),
+//! `legacy_clients.max_get_streams_per_principal` per caller (429) and the newcomers' reserve
+//! (429 for a caller holding some; see [`crate::fair_share`]).
 //!
 //! **Only Streamable HTTP upstreams.** A legacy session must be addressable by id from any
 //! replica. The 2024-11-05 HTTP+SSE transport ties a session to one long-lived connection, and
@@ -201,14 +202,14 @@ pub async fn serve_session(
 }
 
 /// A place for one more passed-through GET stream: 503 when the replica holds
-/// `legacy_clients.max_get_streams`, 429 when this caller holds its quota.
+/// `legacy_clients.max_get_streams`, 429 when this caller holds its share, or holds some
+/// and only the newcomers' reserve is left.
 fn admit_get_stream(front: &Front, caller: &Caller) -> Result<StreamPlace, Rejection> {
     let limits = &front.config().legacy_clients;
-    let refusal = match front.long_lived.admit_legacy_get(
-        caller,
-        limits.max_get_streams,
-        limits.max_get_streams_per_principal,
-    ) {
+    let refusal = match front
+        .long_lived
+        .admit_legacy_get(caller, &limits.get_stream_share)
+    {
         Ok(place) => return Ok(place),
         Err(r) => r,
     };
@@ -223,13 +224,23 @@ fn admit_get_stream(front: &Front, caller: &Caller) -> Result<StreamPlace, Rejec
                 ),
             ),
         ),
-        StreamRefusal::CallerQuota => (
+        StreamRefusal::CallerShare => (
             Limit::MaxLegacyGetStreamsPerPrincipal,
             Rejection::new(
                 RejectionKind::LegacyGetStreamQuota,
                 format!(
                     "you already hold {} legacy GET streams on this replica (legacy_clients.max_get_streams_per_principal); close one first",
-                    limits.max_get_streams_per_principal
+                    limits.get_stream_share.per_caller
+                ),
+            ),
+        ),
+        StreamRefusal::Reserve => (
+            Limit::LegacyGetStreamsNewcomerReserve,
+            Rejection::new(
+                RejectionKind::LegacyGetStreamQuota,
+                format!(
+                    "this replica's last {} legacy GET streams are kept for callers holding none (quotas.newcomer_reserve), and you hold some; close one first or retry shortly",
+                    limits.get_stream_share.reserve
                 ),
             ),
         ),

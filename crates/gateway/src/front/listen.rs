@@ -9,7 +9,9 @@
 //! 2. **Admission.** At most `subscriptions.max_streams` streams per replica (503 +
 //!    `Retry-After` beyond, `limit_hits_total{limit="max_listen_streams"}`) and
 //!    `subscriptions.max_streams_per_principal` per caller (429 + `Retry-After`,
-//!    `limit="max_listen_streams_per_principal"`), none once the shutdown has begun. A stream
+//!    `limit="max_listen_streams_per_principal"`; unset, a quarter of `max_streams`), the last
+//!    few kept for callers holding none (`quotas.newcomer_reserve`, 429,
+//!    `limit="listen_streams_newcomer_reserve"`), none once the shutdown has begun. A stream
 //!    gives its request slot back once it starts: these caps bound it instead.
 //! 3. **Legacy session.** A session of its own, declaring no client capabilities; opening it
 //!    opens the standalone GET stream, where legacy servers send `list_changed` and
@@ -313,11 +315,7 @@ fn admit(
             "this gateway replica is shutting down; listen again (another replica will serve it)",
         ));
     }
-    match front.long_lived.admit_listen(
-        caller,
-        limits.max_streams,
-        limits.max_streams_per_principal,
-    ) {
+    match front.long_lived.admit_listen(caller, &limits.stream_share) {
         Ok(place) => Ok((requested, place)),
         Err(StreamRefusal::Full) => {
             front.limits.hit(Limit::MaxListenStreams);
@@ -329,13 +327,23 @@ fn admit(
                 ),
             ))
         }
-        Err(StreamRefusal::CallerQuota) => {
+        Err(StreamRefusal::CallerShare) => {
             front.limits.hit(Limit::MaxListenStreamsPerPrincipal);
             Err(Rejection::new(
                 RejectionKind::ListenStreamQuota,
                 format!(
                     "you already hold {} listen streams on this replica (subscriptions.max_streams_per_principal); close one first",
-                    limits.max_streams_per_principal
+                    limits.stream_share.per_caller
+                ),
+            ))
+        }
+        Err(StreamRefusal::Reserve) => {
+            front.limits.hit(Limit::ListenStreamsNewcomerReserve);
+            Err(Rejection::new(
+                RejectionKind::ListenStreamQuota,
+                format!(
+                    "this replica's last {} listen streams are kept for callers holding none (quotas.newcomer_reserve), and you hold some; close one first or retry shortly",
+                    limits.stream_share.reserve
                 ),
             ))
         }

@@ -93,6 +93,7 @@ pub async fn serve(
         Caps {
             total: l.max_connections,
             per_source: Some(l.max_connections_per_source),
+            ipv6_prefix: l.ipv6_source_prefix,
         }
     };
     loop {

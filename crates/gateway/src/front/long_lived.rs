@@ -8,11 +8,12 @@
 //! legacy client reopens it, on another replica if need be).
 //!
 //! They do not hold a request slot once they stream ([`mark`], and
-//! [`super::admission::hold_until_done`]); instead each kind has a cap per replica and a quota
-//! per caller ([`crate::caller_scope::Caller`]) that applies once half the cap is taken,
-//! counted here: listen streams against
-//! `subscriptions.max_streams` / `max_streams_per_principal`, legacy GET streams against
-//! `legacy_clients.max_get_streams` / `max_get_streams_per_principal`.
+//! [`super::admission::hold_until_done`]); instead each kind has a cap per replica, divided
+//! between callers ([`crate::caller_scope::Caller`]) as [`crate::fair_share::FairShare`] says:
+//! a share per caller from its first stream and a reserve for callers holding none, counted
+//! here: listen streams against `subscriptions.max_streams` / `max_streams_per_principal`,
+//! legacy GET streams against `legacy_clients.max_get_streams` /
+//! `max_get_streams_per_principal`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::caller_scope::Caller;
 use crate::caller_scope::CallerScope;
+use crate::fair_share::FairShare;
+pub use crate::fair_share::ShareRefusal as StreamRefusal;
 use crate::legacy::relay::NotificationRelay;
 
 pub struct LongLived {
@@ -41,15 +44,6 @@ struct StreamCount {
     open: AtomicUsize,
     per_caller: Mutex<HashMap<Caller, usize>>,
     gauge: prometheus::IntGauge,
-}
-
-/// Why a stream was not admitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamRefusal {
-    /// The replica holds its cap of this kind of stream (503: the gateway is full).
-    Full,
-    /// This caller holds its quota (429: this caller's doing).
-    CallerQuota,
 }
 
 /// One admitted long-lived stream; dropping it frees the place.
@@ -86,22 +80,12 @@ impl StreamCount {
     fn admit(
         self: &Arc<Self>,
         caller: &Caller,
-        max: usize,
-        max_per_caller: usize,
+        share: &FairShare,
     ) -> Result<StreamPlace, StreamRefusal> {
         let mut per = self.per_caller.lock().unwrap_or_else(|e| e.into_inner());
-        if self.open.load(Ordering::Acquire) >= max {
-            return Err(StreamRefusal::Full);
-        }
-        // A caller's quota applies once half the replica's places are taken: below that there
-        // is room for everyone, and a lone busy caller (all traffic through one proxy) is not
-        // turned away.
-        let contended = self.open.load(Ordering::Acquire).saturating_mul(2) >= max;
-        let mine = per.entry(caller.clone()).or_insert(0);
-        if *mine >= max_per_caller && contended {
-            return Err(StreamRefusal::CallerQuota);
-        }
-        *mine += 1;
+        let mine = per.get(caller).copied().unwrap_or(0);
+        share.admit(self.open.load(Ordering::Acquire), mine)?;
+        per.insert(caller.clone(), mine + 1);
         self.open.fetch_add(1, Ordering::AcqRel);
         self.gauge.inc();
         Ok(StreamPlace {
@@ -144,24 +128,24 @@ impl LongLived {
         &self.shutdown
     }
 
-    /// A place for one more listen stream of `caller`, or which limit refused it.
+    /// A place for one more listen stream of `caller` under `share` (of
+    /// `subscriptions.max_streams`), or which limit refused it.
     pub fn admit_listen(
         &self,
         caller: &Caller,
-        max: usize,
-        max_per_caller: usize,
+        share: &FairShare,
     ) -> Result<StreamPlace, StreamRefusal> {
-        self.listen.admit(caller, max, max_per_caller)
+        self.listen.admit(caller, share)
     }
 
-    /// A place for one more passed-through legacy GET stream of `caller`.
+    /// A place for one more passed-through legacy GET stream of `caller` under `share` (of
+    /// `legacy_clients.max_get_streams`).
     pub fn admit_legacy_get(
         &self,
         caller: &Caller,
-        max: usize,
-        max_per_caller: usize,
+        share: &FairShare,
     ) -> Result<StreamPlace, StreamRefusal> {
-        self.legacy_get.admit(caller, max, max_per_caller)
+        self.legacy_get.admit(caller, share)
     }
 
     /// Offers a session-wide notification seen on a session working for `scope` to that
@@ -199,7 +183,16 @@ mod tests {
     use super::*;
 
     fn caller(name: &str) -> Caller {
-        Caller::of(name, "127.0.0.1".parse().unwrap(), false)
+        Caller::of(name, "127.0.0.1".parse().unwrap(), false, 64)
+    }
+
+    fn share(size: usize, per_caller: usize, reserve: usize) -> FairShare {
+        FairShare {
+            size,
+            per_caller,
+            reserve,
+            configured: true,
+        }
     }
 
     #[test]
@@ -209,26 +202,28 @@ mod tests {
         let drain = crate::drain::Drain::new();
         let l = LongLived::new(gauge.clone(), other.clone(), drain.closing().clone());
         let (alice, bob, carol) = (caller("alice"), caller("bob"), caller("carol"));
-        let a = l.admit_listen(&alice, 3, 2).unwrap();
-        let _a2 = l.admit_listen(&alice, 3, 2).unwrap();
+        let three = share(3, 2, 0);
+        let a = l.admit_listen(&alice, &three).unwrap();
+        let _a2 = l.admit_listen(&alice, &three).unwrap();
         assert_eq!(
-            l.admit_listen(&alice, 3, 2).err(),
-            Some(StreamRefusal::CallerQuota)
+            l.admit_listen(&alice, &three).err(),
+            Some(StreamRefusal::CallerShare)
         );
-        let _b = l.admit_listen(&bob, 3, 2).unwrap();
+        let _b = l.admit_listen(&bob, &three).unwrap();
         assert_eq!(
-            l.admit_listen(&carol, 3, 2).err(),
+            l.admit_listen(&carol, &three).err(),
             Some(StreamRefusal::Full)
         );
         assert_eq!((l.listen_streams(), gauge.get()), (3, 3));
         drop(a);
         assert_eq!((l.listen_streams(), gauge.get()), (2, 2));
-        assert!(l.admit_listen(&alice, 3, 2).is_ok());
+        assert!(l.admit_listen(&alice, &three).is_ok());
         // The kinds are counted apart.
-        let _g = l.admit_legacy_get(&alice, 1, 1).unwrap();
+        let one = share(1, 1, 0);
+        let _g = l.admit_legacy_get(&alice, &one).unwrap();
         assert_eq!((l.legacy_get_streams(), other.get()), (1, 1));
         assert_eq!(
-            l.admit_legacy_get(&bob, 1, 1).err(),
+            l.admit_legacy_get(&bob, &one).err(),
             Some(StreamRefusal::Full)
         );
         assert!(!l.shutdown().is_cancelled());
@@ -238,29 +233,32 @@ mod tests {
     }
 
     #[test]
-    fn a_callers_quota_applies_once_half_the_places_are_taken() {
+    fn a_callers_share_applies_from_its_first_stream_and_newcomers_keep_room() {
         let l = LongLived::new(
             prometheus::IntGauge::new("g", "g").unwrap(),
             prometheus::IntGauge::new("o", "o").unwrap(),
             CancellationToken::new(),
         );
-        let (alice, bob) = (caller("alice"), caller("bob"));
-        // A lone caller is not held to its quota of 2 while the replica has room...
-        let mut held: Vec<_> = (0..5)
-            .map(|_| l.admit_listen(&alice, 10, 2).unwrap())
-            .collect();
-        // ...but once half the places are taken it is.
+        let eight = share(8, 2, 1);
+        let mut held = Vec::new();
+        for name in ["a", "b", "c"] {
+            let who = caller(name);
+            held.push(l.admit_listen(&who, &eight).unwrap());
+            held.push(l.admit_listen(&who, &eight).unwrap());
+            // Held to its share with the replica far from full.
+            assert_eq!(
+                l.admit_listen(&who, &eight).err(),
+                Some(StreamRefusal::CallerShare)
+            );
+        }
+        let d = caller("d");
+        held.push(l.admit_listen(&d, &eight).unwrap());
         assert_eq!(
-            l.admit_listen(&alice, 10, 2).err(),
-            Some(StreamRefusal::CallerQuota)
+            l.admit_listen(&d, &eight).err(),
+            Some(StreamRefusal::Reserve)
         );
-        held.push(l.admit_listen(&bob, 10, 2).unwrap());
-        held.push(l.admit_listen(&bob, 10, 2).unwrap());
-        assert_eq!(
-            l.admit_listen(&bob, 10, 2).err(),
-            Some(StreamRefusal::CallerQuota)
-        );
-        assert_eq!(l.listen_streams(), 7);
+        held.push(l.admit_listen(&caller("e"), &eight).unwrap());
+        assert_eq!(l.listen_streams(), 8);
     }
 
     #[test]

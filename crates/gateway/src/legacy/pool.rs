@@ -13,8 +13,15 @@
 //! timeout, error, parking). While a session sits idle its exchange answers the server's
 //! `ping`s; any other server request (no call can own it) or a stream that ended discards the
 //! session at checkout. Bounds:
-//! `pool.max_idle_per_key`, `pool.max_idle`, `pool.idle_timeout`. `pool.mode = "per-call"`
-//! turns pooling off for legacy servers that keep per-session state across calls.
+//! `pool.max_idle_per_key`, `pool.max_idle`, `pool.idle_timeout`, and each caller scope's
+//! share of `max_idle` over all its capability sets (`pool.max_idle_per_principal`, unset a
+//! quarter of `max_idle`; [`crate::fair_share`]). The pool evicts rather than refuses: a
+//! session given back by a caller at its share replaces that caller's least recently used
+//! idle session, and one given back to a full pool replaces the least recently used idle
+//! session of any caller. So a caller cycling through many capability sets keeps its most
+//! recent sessions without keeping every other caller from pooling.
+//! `pool.mode = "per-call"` turns pooling off for legacy servers that keep per-session state
+//! across calls.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -190,6 +197,38 @@ impl SessionPool {
         Self::total(&self.lock())
     }
 
+    /// Idle sessions working for `scope`, over all its capability sets.
+    fn held_by(map: &HashMap<PoolKey, Vec<Idle>>, scope: &CallerScope) -> usize {
+        map.iter()
+            .filter(|(k, _)| k.scope == *scope)
+            .map(|(_, v)| v.len())
+            .sum()
+    }
+
+    /// Idle sessions working for `scope` now.
+    pub fn idle_of(&self, scope: &CallerScope) -> usize {
+        Self::held_by(&self.lock(), scope)
+    }
+
+    /// Takes the least recently given back idle session among the keys `which` accepts.
+    fn take_lru(
+        map: &mut HashMap<PoolKey, Vec<Idle>>,
+        which: impl Fn(&PoolKey) -> bool,
+    ) -> Option<Idle> {
+        let (key, i) = map
+            .iter()
+            .filter(|(k, _)| which(k))
+            .flat_map(|(k, v)| v.iter().enumerate().map(move |(i, s)| (k, i, s.since)))
+            .min_by_key(|(_, _, since)| *since)
+            .map(|(k, i, _)| (k.clone(), i))?;
+        let list = map.get_mut(&key)?;
+        let victim = list.remove(i);
+        if list.is_empty() {
+            map.remove(&key);
+        }
+        Some(victim)
+    }
+
     /// A warm session for `key`, if one is idle and still usable.
     pub async fn checkout(&self, key: &PoolKey, cfg: &PoolConfig) -> Option<Lease> {
         if cfg.mode == PoolMode::PerCall {
@@ -244,34 +283,66 @@ impl SessionPool {
             exchange,
             roots_asked,
         } = lease;
-        let refused = if cfg.mode == PoolMode::PerCall {
-            None
+        let (refused, exchange) = if cfg.mode == PoolMode::PerCall {
+            (None, exchange)
         } else if !exchange.session().is_healthy() {
-            Some("unhealthy")
+            (Some("unhealthy"), exchange)
         } else {
-            let mut map = self.lock();
-            let total = Self::total(&map);
-            let here = map.get(&key).map_or(0, Vec::len);
-            if total >= cfg.max_idle || here >= cfg.max_idle_per_key {
-                Some("pool_full")
-            } else {
-                let stop = CancellationToken::new();
-                let relay = self.relay.clone().map(|r| (r, key.scope.clone()));
-                let watcher = tokio::spawn(watch(exchange, stop.clone(), relay));
-                map.entry(key).or_default().push(Idle {
-                    roots_asked,
-                    since: Instant::now(),
-                    stop,
-                    watcher,
-                });
-                self.metrics.idle_now(total + 1);
-                return;
+            match self.keep(key, exchange, roots_asked, cfg) {
+                Err((reason, exchange)) => (Some(reason), *exchange),
+                Ok(evicted) => {
+                    if let Some((victim, reason)) = evicted {
+                        self.metrics.discarded(reason);
+                        victim.close().await;
+                    }
+                    return;
+                }
             }
         };
         if let Some(r) = refused {
             self.metrics.discarded(r);
         }
         exchange.close().await;
+    }
+
+    /// Keeps `exchange` idle under `key`, watched until it is checked out, making room first:
+    /// the caller's own least recently used session goes when the caller holds its share,
+    /// anyone's when the pool is full (returned, to be closed with its discard reason outside
+    /// the lock). The session comes back with why when it cannot be kept.
+    #[allow(clippy::type_complexity)]
+    fn keep(
+        &self,
+        key: PoolKey,
+        exchange: Exchange,
+        roots_asked: bool,
+        cfg: &PoolConfig,
+    ) -> Result<Option<(Idle, &'static str)>, (&'static str, Box<Exchange>)> {
+        let mut map = self.lock();
+        let here = map.get(&key).map_or(0, Vec::len);
+        if here >= cfg.max_idle_per_key || cfg.idle_share.per_caller == 0 {
+            return Err(("pool_full", Box::new(exchange)));
+        }
+        let evicted = if Self::held_by(&map, &key.scope) >= cfg.idle_share.per_caller {
+            Self::take_lru(&mut map, |k| k.scope == key.scope).map(|i| (i, "caller_share"))
+        } else if Self::total(&map) >= cfg.max_idle {
+            Self::take_lru(&mut map, |_| true).map(|i| (i, "lru"))
+        } else {
+            None
+        };
+        if evicted.is_none() && Self::total(&map) >= cfg.max_idle {
+            return Err(("pool_full", Box::new(exchange)));
+        }
+        let stop = CancellationToken::new();
+        let relay = self.relay.clone().map(|r| (r, key.scope.clone()));
+        let watcher = tokio::spawn(watch(exchange, stop.clone(), relay));
+        map.entry(key).or_default().push(Idle {
+            roots_asked,
+            since: Instant::now(),
+            stop,
+            watcher,
+        });
+        self.metrics.idle_now(Self::total(&map));
+        Ok(evicted)
     }
 
     /// Closes idle sessions past `idle_timeout`; returns how many.
@@ -303,22 +374,7 @@ impl SessionPool {
     pub async fn evict_one(&self) -> bool {
         let victim = {
             let mut map = self.lock();
-            let oldest = map
-                .iter()
-                .flat_map(|(k, v)| {
-                    v.iter()
-                        .enumerate()
-                        .map(move |(i, s)| (k.clone(), i, s.since))
-                })
-                .min_by_key(|(_, _, since)| *since);
-            let v = oldest.and_then(|(k, i, _)| {
-                let list = map.get_mut(&k)?;
-                let victim = list.remove(i);
-                if list.is_empty() {
-                    map.remove(&k);
-                }
-                Some(victim)
-            });
+            let v = Self::take_lru(&mut map, |_| true);
             self.metrics.idle_now(Self::total(&map));
             v
         };

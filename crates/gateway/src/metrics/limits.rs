@@ -28,9 +28,11 @@ pub enum Limit {
     ParkingFull,
     ParkingPerPrincipal,
     ParkingStdioReserve,
+    ParkingNewcomerReserve,
     SingleUseMaxEntriesPerPrincipal,
     LongCallsMaxRunning,
     LongCallsPerPrincipal,
+    SingleUseNewcomerReserve,
     // The legacy server.
     UpstreamMaxEventBytes,
     UpstreamMaxStreamBytes,
@@ -40,15 +42,17 @@ pub enum Limit {
     // Listen streams and legacy clients.
     MaxListenStreams,
     MaxListenStreamsPerPrincipal,
+    ListenStreamsNewcomerReserve,
     MaxResourceSubscriptions,
     MaxLegacyGetStreams,
     MaxLegacyGetStreamsPerPrincipal,
+    LegacyGetStreamsNewcomerReserve,
     LegacyPassthroughCallTimeout,
 }
 
 impl Limit {
     /// Every limit (keep in step with the enum: the documentation test walks this list).
-    pub const ALL: [Limit; 30] = [
+    pub const ALL: [Limit; 34] = [
         Limit::MaxConnections,
         Limit::MaxConnectionsPerSource,
         Limit::HeaderReadTimeout,
@@ -65,9 +69,11 @@ impl Limit {
         Limit::ParkingFull,
         Limit::ParkingPerPrincipal,
         Limit::ParkingStdioReserve,
+        Limit::ParkingNewcomerReserve,
         Limit::SingleUseMaxEntriesPerPrincipal,
         Limit::LongCallsMaxRunning,
         Limit::LongCallsPerPrincipal,
+        Limit::SingleUseNewcomerReserve,
         Limit::UpstreamMaxEventBytes,
         Limit::UpstreamMaxStreamBytes,
         Limit::UpstreamMaxLineBytes,
@@ -75,9 +81,11 @@ impl Limit {
         Limit::StdioMaxChildren,
         Limit::MaxListenStreams,
         Limit::MaxListenStreamsPerPrincipal,
+        Limit::ListenStreamsNewcomerReserve,
         Limit::MaxResourceSubscriptions,
         Limit::MaxLegacyGetStreams,
         Limit::MaxLegacyGetStreamsPerPrincipal,
+        Limit::LegacyGetStreamsNewcomerReserve,
         Limit::LegacyPassthroughCallTimeout,
     ];
 
@@ -100,9 +108,11 @@ impl Limit {
             Limit::ParkingFull => "parking_full",
             Limit::ParkingPerPrincipal => "parking_per_principal",
             Limit::ParkingStdioReserve => "parking_stdio_reserve",
+            Limit::ParkingNewcomerReserve => "parking_newcomer_reserve",
             Limit::SingleUseMaxEntriesPerPrincipal => "single_use_max_entries_per_principal",
             Limit::LongCallsMaxRunning => "long_calls_max_running",
             Limit::LongCallsPerPrincipal => "long_calls_max_running_per_principal",
+            Limit::SingleUseNewcomerReserve => "single_use_newcomer_reserve",
             Limit::UpstreamMaxEventBytes => "upstream_max_event_bytes",
             Limit::UpstreamMaxStreamBytes => "upstream_max_stream_bytes",
             Limit::UpstreamMaxLineBytes => "upstream_max_line_bytes",
@@ -110,9 +120,11 @@ impl Limit {
             Limit::StdioMaxChildren => "stdio_max_children",
             Limit::MaxListenStreams => "max_listen_streams",
             Limit::MaxListenStreamsPerPrincipal => "max_listen_streams_per_principal",
+            Limit::ListenStreamsNewcomerReserve => "listen_streams_newcomer_reserve",
             Limit::MaxResourceSubscriptions => "max_resource_subscriptions",
             Limit::MaxLegacyGetStreams => "max_legacy_get_streams",
             Limit::MaxLegacyGetStreamsPerPrincipal => "max_legacy_get_streams_per_principal",
+            Limit::LegacyGetStreamsNewcomerReserve => "legacy_get_streams_newcomer_reserve",
             Limit::LegacyPassthroughCallTimeout => "legacy_passthrough_call_timeout",
         }
     }

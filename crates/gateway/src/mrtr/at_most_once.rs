@@ -18,9 +18,9 @@
 //!   spent: if the client went away and the call were cancelled, the answers it carried would
 //!   be lost with it and the user would have to start over. So a client disconnect does not
 //!   cancel a claimed retry: the legacy call goes on (bounded by `upstream.call_timeout`; it
-//!   holds no request slot, and drain does not wait for it: the process's exit ends it, and
-//!   its duplicates then learn the outcome was lost), its notifications are dropped, and its
-//!   outcome — the final result,
+//!   holds no request slot; a drain waits for it up to `drain.deadline` and otherwise records
+//!   its outcome as lost at once, see [`super::claimed_runs`]), its notifications are dropped,
+//!   and its outcome — the final result,
 //!   an error, or the next `input_required` with its new state — is kept for the next
 //!   presentation of the same state, which gets it (or "in progress" until it is there).
 //!   This departs from the spec's advice to stop work for a cancelled request on purpose, for
@@ -36,6 +36,7 @@ use std::time::Duration;
 use http::StatusCode;
 use serde_json::Value;
 
+use super::claimed_runs::Registration;
 use super::deps::Engine;
 use crate::caller_scope::Caller;
 use crate::error::{Fault, Recorded, Rejection, RejectionKind};
@@ -56,6 +57,8 @@ pub struct Guard {
     owner: Owner,
     /// When the claim expires (by the monotonic clock).
     until: tokio::time::Instant,
+    /// On this replica's list of claimed runs until settled (a drain waits for it).
+    registration: Registration,
 }
 
 /// What a claim attempt decided.
@@ -93,9 +96,13 @@ pub fn claim_ttl(exp: u64, skew: Duration, now: u64) -> Duration {
 /// Why a claim or start failed, as the client hears it; a failure that may still have landed
 /// is given back in the background (this presentation will not run; the claim lease covers a
 /// give-back that fails too).
-fn refused(engine: &Engine, guard: &Guard, e: StoreError) -> Rejection {
-    if let StoreError::PrincipalQuota { .. } = e {
-        engine.limits.hit(Limit::SingleUseMaxEntriesPerPrincipal);
+fn refused(engine: &Engine, guard: &Pending, e: StoreError) -> Rejection {
+    match e {
+        StoreError::PrincipalQuota { .. } => {
+            engine.limits.hit(Limit::SingleUseMaxEntriesPerPrincipal);
+        }
+        StoreError::NewcomerReserve { .. } => engine.limits.hit(Limit::SingleUseNewcomerReserve),
+        _ => {}
     }
     if e.may_have_landed() {
         let (store, id, owner, until) = (
@@ -109,6 +116,15 @@ fn refused(engine: &Engine, guard: &Guard, e: StoreError) -> Rejection {
     Rejection::from(e)
 }
 
+/// A claim on an id, asked for but not started yet.
+struct Pending {
+    store: Arc<SingleUseStore>,
+    id: String,
+    owner: Owner,
+    /// When the claim expires (by the monotonic clock).
+    until: tokio::time::Instant,
+}
+
 /// A claim on `id` by `caller` for a state expiring at `exp`, not yet made.
 fn prospective(
     engine: &Engine,
@@ -116,9 +132,9 @@ fn prospective(
     id: &str,
     exp: u64,
     now: u64,
-) -> (Guard, Duration) {
+) -> (Pending, Duration) {
     let ttl = claim_ttl(exp, engine.codec.limits().clock_skew, now);
-    let guard = Guard {
+    let guard = Pending {
         store: engine.single_use(),
         id: id.to_owned(),
         owner: Owner::new(caller.as_str()),
@@ -130,11 +146,22 @@ fn prospective(
 /// Moves `guard`'s claim to started: from here on the call may reach the legacy server and
 /// never runs again. The run lease covers the call's longest life and the recording of its
 /// outcome.
-async fn start(engine: &Engine, guard: Guard) -> Result<Guard, Rejection> {
+/// The started claim is registered on this replica's claimed runs, so a drain waits for it.
+async fn start(engine: &Engine, guard: Pending) -> Result<Guard, Rejection> {
     let cfg = engine.config();
     let run_lease = cfg.upstream.call_timeout + cfg.single_use.claim_lease;
     match guard.store.start(&guard.id, &guard.owner, run_lease).await {
-        Ok(true) => Ok(guard),
+        Ok(true) => Ok(Guard {
+            registration: engine.claimed_runs.register(
+                guard.store.clone(),
+                &guard.id,
+                &guard.owner,
+            ),
+            store: guard.store,
+            id: guard.id,
+            owner: guard.owner,
+            until: guard.until,
+        }),
         // Another presentation took the claim over while this one was slow to start.
         Ok(false) => Err(single_use::in_progress()),
         Err(e) => Err(refused(engine, &guard, e)),
@@ -219,6 +246,11 @@ pub(super) fn replay(bytes: &[u8]) -> Result<Value, Rejection> {
 }
 
 impl Guard {
+    /// What cancels the claimed run: the drain giving it up, never its client leaving.
+    pub fn run_cancel(&self) -> tokio_util::sync::CancellationToken {
+        self.registration.cancel().clone()
+    }
+
     /// Records `outcome` for duplicates (an error as `render` answers it), or gives the claim
     /// back when nothing can have run (`may_have_run` false). `client_left`: the client went
     /// away during the call, which was finished anyway (counted).
@@ -229,6 +261,11 @@ impl Guard {
         may_have_run: bool,
         client_left: bool,
     ) {
+        if self.registration.given_up() {
+            // The drain recorded this outcome as lost and cancelled the call: what the
+            // cancelled call ended with is not the outcome.
+            return;
+        }
         if !may_have_run {
             self.store
                 .release_eventually(&self.id, &self.owner, self.until)

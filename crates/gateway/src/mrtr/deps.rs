@@ -18,6 +18,7 @@ use crate::sessions::Sessions;
 use crate::single_use::SingleUseStore;
 use crate::state::StateCodec;
 
+use super::claimed_runs::ClaimedRuns;
 use super::long_call::RunningCalls;
 use super::parking::ParkingLot;
 use super::round_shapes::RoundShapes;
@@ -43,6 +44,8 @@ pub struct Engine {
     pub round_shapes: RoundShapes,
     /// Calls that ended their request with a state-only round and run on here.
     pub running: Arc<RunningCalls>,
+    /// Claimed retries running on this replica (a drain waits for them).
+    pub claimed_runs: Arc<ClaimedRuns>,
 }
 
 impl Engine {

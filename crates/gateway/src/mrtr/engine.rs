@@ -165,7 +165,7 @@ pub async fn serve_mrtr(
     let outliving = owed
         .claim
         .as_ref()
-        .map(|_| (CancellationToken::new(), sink.outliving_client()));
+        .map(|guard| (guard.run_cancel(), sink.outliving_client()));
     let (run_cancel, run_sink) = match &outliving {
         Some((token, sink)) => (token, sink),
         None => (cancel, sink),
@@ -481,8 +481,7 @@ async fn park_or_cancel(
         let (parked_call, reader) = run.into_parked(questions, minter, call.describe());
         let limits = ParkLimits {
             ttl: cfg.parking.ttl,
-            max_calls: cfg.parking.max_calls,
-            max_per_principal: cfg.parking.max_per_principal,
+            share: cfg.parking.call_share,
             max_buffered_bytes: cfg.parking.max_buffered_bytes,
             max_stdio: cfg
                 .upstream

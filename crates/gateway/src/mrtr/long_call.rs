@@ -133,9 +133,13 @@ pub(super) async fn serve(
     let render = owed.render;
     let listener = Listener::default();
     listener.follow(sink.sender(), call.meta.progress_token.clone());
-    let run_cancel = CancellationToken::new();
-    // A claimed retry outlives its client already (`at_most_once`); a first round is cancelled
-    // with its client until it is detached.
+    // A claimed retry outlives its client already (`at_most_once`): only a drain giving it up
+    // cancels it. A first round is cancelled with its client until it is detached, and after
+    // that by a drain giving up the claim it is detached under.
+    let run_cancel = owed
+        .claim
+        .as_ref()
+        .map_or_else(CancellationToken::new, |g| g.run_cancel());
     let claimed = owed.claim.is_some();
     let mut cancel_follows = !claimed;
     let rnd = presented.prior.as_ref().map_or(0, |p| p.rnd);
@@ -222,7 +226,17 @@ pub(super) async fn serve(
     let settle = {
         let (engine, caller) = (engine.clone(), call.caller.clone());
         async move {
-            let outcome = task.await.unwrap_or_else(|_| Err(panicked()));
+            let given_up = guard.run_cancel();
+            let joined = tokio::select! {
+                joined = &mut task => joined,
+                () = given_up.cancelled() => {
+                    // The drain gave the claim up (and recorded the outcome as lost): the call
+                    // ends now.
+                    run_cancel.cancel();
+                    task.await
+                }
+            };
+            let outcome = joined.unwrap_or_else(|_| Err(panicked()));
             guard.settle(&outcome, render, true, false).await;
             running.done.send_replace(true);
             engine.running.calls.remove(&id);

@@ -3,6 +3,7 @@
 pub mod answers;
 pub mod at_most_once;
 pub mod call;
+pub mod claimed_runs;
 pub mod deps;
 pub mod engine;
 mod gather;

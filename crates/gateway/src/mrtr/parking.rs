@@ -7,9 +7,11 @@
 //! again. Everything the legacy server sends meanwhile is buffered (up to
 //! `parking.max_buffered_bytes`); a parked call whose stream ends, whose buffer overflows, or
 //! whose `parking.ttl` passes is cancelled upstream (`notifications/cancelled` + session end)
-//! and dropped. Limits: `parking.max_calls` in all, `parking.max_per_principal` per caller
-//! once the lot is half full (the principal; for anonymous callers, the source address too),
-//! and, for stdio sessions, `upstream.stdio_max_children` less
+//! and dropped. Limits: `parking.max_calls` in all, divided between callers (the principal;
+//! for anonymous callers, the source address too) as [`crate::fair_share::FairShare`] says:
+//! `parking.max_per_principal` per caller from its first parked call (unset, a quarter of the
+//! lot), the last few places kept for callers holding none (`quotas.newcomer_reserve`), and,
+//! for stdio sessions, `upstream.stdio_max_children` less
 //! `parking.stdio_reserved_children`: a parked stdio call keeps its child process, and without
 //! that reserve a few parked calls (even of one caller) would hold every child, so that no
 //! fresh call could start until `parking.ttl` passed. When a limit is reached new calls are
@@ -26,6 +28,7 @@ use super::input_key::KeyMinter;
 use super::run::Question;
 use crate::caller_scope::Caller;
 use crate::error::{Rejection, RejectionKind};
+use crate::fair_share::{FairShare, ShareRefusal};
 use crate::legacy::exchange::Reader;
 use crate::legacy::session::{Inbound, LegacySession, StreamTag};
 use crate::metrics::{Limit, ParkingMetrics};
@@ -83,8 +86,8 @@ enum Watch {
 #[derive(Debug, Clone, Copy)]
 pub struct ParkLimits {
     pub ttl: Duration,
-    pub max_calls: usize,
-    pub max_per_principal: usize,
+    /// `parking.max_calls` and how it is divided between callers.
+    pub share: FairShare,
     pub max_buffered_bytes: usize,
     /// Stdio sessions that may be parked at once: `upstream.stdio_max_children` less
     /// `parking.stdio_reserved_children`.
@@ -98,6 +101,9 @@ pub enum ParkRefusal {
     Full,
     /// This principal holds `parking.max_per_principal`.
     PrincipalQuota,
+    /// This principal holds parked calls and only the places kept for callers holding none
+    /// are left (`quotas.newcomer_reserve`).
+    NewcomerReserve,
     /// Parking this stdio call would leave fewer than `parking.stdio_reserved_children`
     /// children for fresh calls.
     StdioReserve,
@@ -109,6 +115,7 @@ impl ParkRefusal {
         match self {
             ParkRefusal::Full => Limit::ParkingFull,
             ParkRefusal::PrincipalQuota => Limit::ParkingPerPrincipal,
+            ParkRefusal::NewcomerReserve => Limit::ParkingNewcomerReserve,
             ParkRefusal::StdioReserve => Limit::ParkingStdioReserve,
         }
     }
@@ -129,6 +136,14 @@ impl ParkRefusal {
                 format!(
                     "{what} is park-only and you already hold parking.max_per_principal parked calls; \
                      the call was cancelled rather than left to re-execute on retry: finish or abandon one first"
+                ),
+            ),
+            ParkRefusal::NewcomerReserve => Rejection::new(
+                RejectionKind::ParkingQuota,
+                format!(
+                    "{what} is park-only and the parking lot's last places are kept for callers holding none \
+                     (quotas.newcomer_reserve), while you hold parked calls; the call was cancelled rather than \
+                     left to re-execute on retry: finish or abandon one first"
                 ),
             ),
             ParkRefusal::StdioReserve => Rejection::new(
@@ -242,18 +257,12 @@ impl ParkingLot {
         let mut inner = self.lock();
         let mine = inner.per_principal.get(caller).copied().unwrap_or(0);
         let stdio = matches!(call.session, LegacySession::Stdio(_));
-        let refusal = if inner.slots.len() >= limits.max_calls {
-            Some(ParkRefusal::Full)
-        } else if mine >= limits.max_per_principal
-            && inner.slots.len().saturating_mul(2) >= limits.max_calls
-        {
-            // A caller's quota applies once the lot is half full: below that there is room for
-            // everyone.
-            Some(ParkRefusal::PrincipalQuota)
-        } else if stdio && inner.stdio >= limits.max_stdio {
-            Some(ParkRefusal::StdioReserve)
-        } else {
-            None
+        let refusal = match limits.share.admit(inner.slots.len(), mine) {
+            Err(ShareRefusal::Full) => Some(ParkRefusal::Full),
+            Err(ShareRefusal::CallerShare) => Some(ParkRefusal::PrincipalQuota),
+            Err(ShareRefusal::Reserve) => Some(ParkRefusal::NewcomerReserve),
+            Ok(()) if stdio && inner.stdio >= limits.max_stdio => Some(ParkRefusal::StdioReserve),
+            Ok(()) => None,
         };
         if let Some(reason) = refusal {
             return Err(Box::new(Refused {

@@ -14,6 +14,7 @@ use rustls_pki_types::pem::PemObject;
 use serde::Deserialize;
 
 use super::policy::{Policy, PolicyRule, PolicyTable};
+use crate::fair_share::{FairShare, Fractions};
 use crate::setting::{ConfigError, parse_duration};
 
 /// Largest accepted `max_outcome_bytes`: a kept outcome is one Redis string or one heap
@@ -35,7 +36,7 @@ pub struct RawSingleUse {
     pub store: String,
     pub policy: String,
     pub max_entries: u64,
-    pub max_entries_per_principal: u64,
+    pub max_entries_per_principal: Option<u64>,
     pub max_outcome_bytes: u64,
     pub max_total_outcome_bytes: u64,
     pub sweep_interval: String,
@@ -50,7 +51,7 @@ impl Default for RawSingleUse {
             store: "memory".into(),
             policy: "always".into(),
             max_entries: 100_000,
-            max_entries_per_principal: 10_000,
+            max_entries_per_principal: None,
             max_outcome_bytes: 65_536,
             max_total_outcome_bytes: 64 * 1024 * 1024,
             sweep_interval: "5s".into(),
@@ -164,9 +165,11 @@ pub struct SingleUseConfig {
     pub store: StoreKind,
     /// Memory store: most ids held at once (live claims and kept outcomes).
     pub max_entries: usize,
-    /// Memory store: most ids one principal holds at once (the anonymous principal of
-    /// `auth.mode = "none"` is not limited by it).
-    pub max_entries_per_principal: usize,
+    /// Memory store: how `max_entries` is divided between callers: most ids one caller holds
+    /// at once (`max_entries_per_principal`, unset: `quotas.caller_share` of the store) and the
+    /// ids kept for callers holding none (`quotas.newcomer_reserve`); see
+    /// [`crate::fair_share`].
+    pub entry_share: FairShare,
     /// Largest outcome kept for duplicates; bigger ones are dropped (`DoneNotKept`).
     pub max_outcome_bytes: usize,
     /// Memory store: most bytes of kept outcomes held at once.
@@ -182,16 +185,19 @@ pub struct SingleUseConfig {
 
 impl Default for SingleUseConfig {
     fn default() -> Self {
-        SingleUseConfig::from_raw(&RawSingleUse::default(), None).expect("defaults are valid")
+        SingleUseConfig::from_raw(&RawSingleUse::default(), None, Fractions::default())
+            .expect("defaults are valid")
     }
 }
 
 impl SingleUseConfig {
     /// Validates the raw section; every error names the key it is about. A relative `ca_file`
-    /// resolves against `base_dir` (the configuration file's directory).
+    /// resolves against `base_dir` (the configuration file's directory); `fractions`
+    /// (`[quotas]`) divide the memory store between callers.
     pub fn from_raw(
         raw: &RawSingleUse,
         base_dir: Option<&Path>,
+        fractions: Fractions,
     ) -> Result<SingleUseConfig, ConfigError> {
         let store = match raw.store.as_str() {
             "memory" => StoreKind::Memory,
@@ -205,12 +211,12 @@ impl SingleUseConfig {
         };
         let default = parse_policy("single_use.policy", &raw.policy)?;
         let max_entries = positive("single_use.max_entries", raw.max_entries)?;
-        let max_entries_per_principal = positive(
-            "single_use.max_entries_per_principal",
-            raw.max_entries_per_principal,
-        )?;
-        // Above max_entries it would never be reached first: it acts as max_entries.
-        let max_entries_per_principal = max_entries_per_principal.min(max_entries);
+        let max_entries_per_principal = raw
+            .max_entries_per_principal
+            .map(|n| positive("single_use.max_entries_per_principal", n))
+            .transpose()?;
+        // Above max_entries it acts as max_entries (check-config says it has no effect).
+        let entry_share = FairShare::of(max_entries, max_entries_per_principal, fractions);
         if raw.max_outcome_bytes > MAX_OUTCOME_BYTES_LIMIT {
             return Err(ConfigError::new(
                 "single_use.max_outcome_bytes",
@@ -235,7 +241,7 @@ impl SingleUseConfig {
         Ok(SingleUseConfig {
             store,
             max_entries,
-            max_entries_per_principal,
+            entry_share,
             max_outcome_bytes,
             max_total_outcome_bytes,
             sweep_interval,
@@ -439,7 +445,7 @@ mod tests {
             text.parse::<toml::Table>().expect("test TOML parses"),
         ))
         .map_err(|e| ConfigError::new(e.path().to_string(), e.inner().to_string()))?;
-        SingleUseConfig::from_raw(&raw, None)
+        SingleUseConfig::from_raw(&raw, None, Fractions::default())
     }
 
     fn err_key(text: &str) -> String {
@@ -451,7 +457,11 @@ mod tests {
         let c = SingleUseConfig::default();
         assert_eq!(c.store, StoreKind::Memory);
         assert_eq!(c.max_entries, 100_000);
-        assert_eq!(c.max_entries_per_principal, 10_000);
+        // A quarter of the store per caller, an eighth kept for newcomers.
+        assert_eq!(
+            (c.entry_share.per_caller, c.entry_share.reserve),
+            (25_000, 12_500)
+        );
         assert_eq!(c.claim_lease, Duration::from_secs(2));
         assert_eq!(c.max_outcome_bytes, 65_536);
         assert_eq!(c.max_total_outcome_bytes, 64 * 1024 * 1024);
@@ -554,11 +564,17 @@ mod tests {
     }
 
     #[test]
-    fn a_per_principal_quota_above_the_store_size_acts_as_the_store_size() {
-        let c = parse("max_entries = 10").unwrap();
-        assert_eq!(c.max_entries_per_principal, 10);
+    fn the_per_caller_share_is_a_fraction_of_the_store_unless_configured() {
+        // Unset, a small store still leaves room for others: a quarter of it per caller.
+        let c = parse("max_entries = 20").unwrap();
+        assert_eq!(c.entry_share.per_caller, 5);
+        assert!(!c.entry_share.ineffective());
         let c = parse("max_entries = 10\nmax_entries_per_principal = 3").unwrap();
-        assert_eq!(c.max_entries_per_principal, 3);
+        assert_eq!(c.entry_share.per_caller, 3);
+        // Above the store it acts as the store, and is reported as having no effect.
+        let c = parse("max_entries = 20\nmax_entries_per_principal = 10000").unwrap();
+        assert_eq!(c.entry_share.per_caller, 20);
+        assert!(c.entry_share.ineffective());
     }
 
     #[test]
@@ -581,7 +597,6 @@ mod tests {
             "store",
             "policy",
             "max_entries",
-            "max_entries_per_principal",
             "max_outcome_bytes",
             "max_total_outcome_bytes",
             "sweep_interval",
@@ -589,6 +604,8 @@ mod tests {
         ] {
             assert!(section.contains_key(key), "{key} is not documented");
         }
+        // Unset by default (a fraction of the store): documented as a comment.
+        assert!(text.contains("# max_entries_per_principal ="));
         let redis = section["redis"].as_table().unwrap();
         for key in [
             "urls",
@@ -604,10 +621,7 @@ mod tests {
         let file = loaded.single_use;
         assert_eq!(file.store, defaults.store);
         assert_eq!(file.max_entries, defaults.max_entries);
-        assert_eq!(
-            file.max_entries_per_principal,
-            defaults.max_entries_per_principal
-        );
+        assert_eq!(file.entry_share, defaults.entry_share);
         assert_eq!(file.claim_lease, defaults.claim_lease);
         assert_eq!(file.max_outcome_bytes, defaults.max_outcome_bytes);
         assert_eq!(

@@ -11,13 +11,14 @@
 //! - `max_entries` ids at once. A claim that would exceed it fails with [`StoreError::Full`]
 //!   (fail closed). Nothing live is ever evicted to make room, because an evicted claim is a
 //!   replay window; expired entries are reclaimed first (at most every [`RECLAIM_GAP`]).
-//! - `max_entries_per_principal` ids per caller (claims and kept outcomes alike), so that one
-//!   caller cannot fill the store and lock everyone else out: once the store is half full, a
-//!   claim beyond it fails with [`StoreError::PrincipalQuota`]. Below half there is room for
-//!   everyone, and nobody to protect: refusing then would only turn a single busy caller (all
-//!   traffic through one proxy, say) away from an empty store. The caller is the principal, or
-//!   for anonymous callers the principal and the source address
-//!   ([`crate::caller_scope::Caller`]).
+//! - each caller's share of those ids (claims and kept outcomes alike,
+//!   `max_entries_per_principal`, by default a quarter of the store), from its first id, so
+//!   that one caller cannot fill the store and lock everyone else out: a claim beyond it fails
+//!   with [`StoreError::PrincipalQuota`]. The last ids (`quotas.newcomer_reserve`) go only to
+//!   callers holding none yet ([`StoreError::NewcomerReserve`] for the others), so a caller
+//!   that comes after several busy ones still gets its retries claimed. The division is
+//!   [`crate::fair_share::FairShare`]; the caller is the principal, or for anonymous callers
+//!   the principal and the source address ([`crate::caller_scope::Caller`]).
 //! - `max_outcome_bytes` per kept outcome and `max_total_outcome_bytes` across all of them: an
 //!   outcome over either is not kept, and its duplicates are told the state was already used.
 //!
@@ -45,6 +46,7 @@ use prometheus::IntGauge;
 use tokio::time::Instant;
 
 use super::{Claim, Completion, Owner, StoreError};
+use crate::fair_share::{FairShare, ShareRefusal};
 
 /// Shortest gap between two sweeps run by claims that found the store full; bounds the O(n)
 /// work an attacker can trigger by filling the store.
@@ -53,8 +55,8 @@ pub const RECLAIM_GAP: Duration = Duration::from_millis(100);
 /// The memory store's limits (from `[single_use]`).
 #[derive(Debug, Clone, Copy)]
 pub struct MemoryLimits {
-    pub max_entries: usize,
-    pub max_entries_per_principal: usize,
+    /// `max_entries` (the share's size), each caller's share and the newcomers' reserve.
+    pub share: FairShare,
     pub max_outcome_bytes: usize,
     pub max_total_outcome_bytes: usize,
     pub sweep_interval: Duration,
@@ -200,14 +202,24 @@ impl MemoryStore {
                 }
                 MapEntry::Vacant(slot) => {
                     let p = owner.quota_principal();
-                    if !inner.reserve_for(&p, limits.max_entries_per_principal, limits.max_entries)
-                    {
-                        return Err(StoreError::PrincipalQuota {
-                            limit: limits.max_entries_per_principal,
-                            retry_after: limits.sweep_interval,
-                        });
+                    match inner.reserve_for(&p, &limits.share) {
+                        Ok(()) => {}
+                        // Full: counted below, after a sweep may have made room.
+                        Err(ShareRefusal::Full) => {}
+                        Err(ShareRefusal::CallerShare) => {
+                            return Err(StoreError::PrincipalQuota {
+                                limit: limits.share.per_caller,
+                                retry_after: limits.sweep_interval,
+                            });
+                        }
+                        Err(ShareRefusal::Reserve) => {
+                            return Err(StoreError::NewcomerReserve {
+                                reserve: limits.share.reserve,
+                                retry_after: limits.sweep_interval,
+                            });
+                        }
                     }
-                    if inner.reserve_entry(limits.max_entries) {
+                    if inner.reserve_entry(limits.share.size) {
                         slot.insert(claimed(deadline(now, ttl)));
                         inner.publish_len();
                         return Ok(Claim::Acquired);
@@ -249,6 +261,25 @@ impl MemoryStore {
             lease_until: deadline(now, run_lease),
         };
         true
+    }
+
+    /// Ends the run lease of `owner`'s started claim on `id` now: its outcome is lost, and
+    /// claims find [`Claim::Lost`]. False when the claim is not `owner`'s started one.
+    pub fn abandon(&self, id: &str, owner: &Owner) -> bool {
+        let now = Instant::now();
+        let Some(mut e) = self.inner.map.get_mut(id) else {
+            return false;
+        };
+        if e.expires_at <= now || !e.owned_by(owner) {
+            return false;
+        }
+        match &mut e.phase {
+            Phase::Started { lease_until, .. } => {
+                *lease_until = now;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Records how `owner`'s started call on `id` ended; `outcome` is kept for `ttl` when it
@@ -339,16 +370,21 @@ impl Inner {
             .is_ok()
     }
 
-    /// Counts one more id for `principal`, unless it already holds `quota` while the store
-    /// is at least half full (of `max_entries`).
-    fn reserve_for(&self, principal: &Arc<str>, quota: usize, max_entries: usize) -> bool {
-        let contended = self.held.load(Ordering::Acquire).saturating_mul(2) >= max_entries;
+    /// Counts one more id for `principal`, unless `share` refuses it one more: its share is
+    /// held, or only the newcomers' reserve is left and it holds some already. A full store is
+    /// not decided here (the caller sweeps first): the id is counted and `reserve_entry` says.
+    fn reserve_for(&self, principal: &Arc<str>, share: &FairShare) -> Result<(), ShareRefusal> {
+        let taken = self.held.load(Ordering::Acquire);
         let mut n = self.per_principal.entry(principal.clone()).or_insert(0);
-        if *n >= quota && contended {
-            return false;
+        if let Err(refusal @ (ShareRefusal::CallerShare | ShareRefusal::Reserve)) =
+            share.admit(taken, *n)
+        {
+            drop(n);
+            self.per_principal.remove_if(principal, |_, n| *n == 0);
+            return Err(refusal);
         }
         *n += 1;
-        true
+        Ok(())
     }
 
     fn unreserve_for(&self, principal: &Arc<str>) {

@@ -7,9 +7,8 @@ const MINUTE: Duration = Duration::from_secs(60);
 
 fn limits(max_entries: usize, sweep_interval: Duration) -> MemoryLimits {
     MemoryLimits {
-        max_entries,
-        // Out of the way unless a test is about it.
-        max_entries_per_principal: 1000,
+        // The caller's share is out of the way unless a test is about it.
+        share: crate::fair_share::FairShare::unshared(max_entries),
         max_outcome_bytes: 16,
         max_total_outcome_bytes: 40,
         sweep_interval,
@@ -240,21 +239,23 @@ async fn a_full_store_refuses_and_never_evicts_a_live_claim() {
 }
 
 #[tokio::test]
-async fn one_principal_cannot_take_more_than_its_quota_and_others_still_claim() {
-    let s = store(4, MINUTE);
+async fn one_principal_cannot_take_more_than_its_share_and_newcomers_still_claim() {
+    let s = store(8, MINUTE);
+    let share = |per_caller, reserve| crate::fair_share::FairShare {
+        size: 8,
+        per_caller,
+        reserve,
+        configured: true,
+    };
     s.set_limits(MemoryLimits {
-        max_entries_per_principal: 1,
+        share: share(2, 1),
         ..s.limits()
     });
-    // Below half of max_entries the quota does not bite: nobody else needs the room.
+    // The share holds from the first claim, with the store nearly empty.
     let mallory = Owner::new("mallory");
     s.claim("m1", &mallory, MINUTE).unwrap();
     let m2 = Owner::new("mallory");
     s.claim("m2", &m2, MINUTE).unwrap();
-    s.set_limits(MemoryLimits {
-        max_entries_per_principal: 2,
-        ..s.limits()
-    });
     assert_eq!(
         s.claim("m3", &Owner::new("mallory"), MINUTE),
         Err(StoreError::PrincipalQuota {
@@ -262,19 +263,46 @@ async fn one_principal_cannot_take_more_than_its_quota_and_others_still_claim() 
             retry_after: MINUTE
         })
     );
-    // Everyone else is unaffected.
+    assert_eq!(s.held_by("mallory"), 2, "a refused claim is not counted");
+    // Two more callers take their share: 6 of 8 held.
+    for who in ["bob", "carol"] {
+        for n in 0..2 {
+            let id = format!("{who}{n}");
+            assert_eq!(
+                s.claim(&id, &Owner::new(who), MINUTE).unwrap(),
+                Claim::Acquired
+            );
+        }
+    }
+    // A fourth caller still gets a claim; its second would take the newcomers' reserve.
+    let dave = Owner::new("dave");
+    assert_eq!(s.claim("d1", &dave, MINUTE).unwrap(), Claim::Acquired);
     assert_eq!(
-        s.claim("a1", &Owner::new("alice"), MINUTE).unwrap(),
+        s.claim("d2", &Owner::new("dave"), MINUTE),
+        Err(StoreError::NewcomerReserve {
+            reserve: 1,
+            retry_after: MINUTE
+        })
+    );
+    assert_eq!(
+        s.claim("e1", &Owner::new("erin"), MINUTE).unwrap(),
         Claim::Acquired
     );
-    assert_eq!((s.held_by("mallory"), s.held_by("alice")), (2, 1));
-    // A released claim frees its principal's slot.
+    assert_eq!(s.len(), 8);
+    // A released claim frees its principal's place.
     assert!(s.release("m2", &m2));
     assert_eq!(
-        s.claim("m3", &Owner::new("mallory"), MINUTE).unwrap(),
+        s.claim("m3", &Owner::new("mallory"), MINUTE),
+        Err(StoreError::NewcomerReserve {
+            reserve: 1,
+            retry_after: MINUTE
+        }),
+        "the freed place is the reserve now"
+    );
+    assert_eq!(
+        s.claim("f1", &Owner::new("frank"), MINUTE).unwrap(),
         Claim::Acquired
     );
-    assert_eq!(s.len(), 3);
 }
 
 #[tokio::test]
@@ -283,7 +311,7 @@ async fn new_limits_apply_to_new_claims_and_keep_every_held_one() {
     let a = run(&s, "a", MINUTE);
     s.claim("b", &owner(), MINUTE).unwrap();
     s.set_limits(MemoryLimits {
-        max_entries: 1,
+        share: crate::fair_share::FairShare::unshared(1),
         ..s.limits()
     });
     assert!(matches!(

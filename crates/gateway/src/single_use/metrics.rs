@@ -22,6 +22,7 @@ pub const OUTCOME_RESULTS: &[&str] = &["kept", "too_large", "over_total", "none"
 pub const ERROR_REASONS: &[&str] = &[
     "full",
     "principal_quota",
+    "newcomer_reserve",
     "unavailable",
     "timeout",
     "invalid_id",
@@ -47,6 +48,9 @@ pub struct SingleUseMetrics {
     /// `single_use_detached_runs_total`: claimed retries whose client went away mid-call; the
     /// call was finished anyway and its outcome kept for the next presentation.
     detached_runs: IntCounter,
+    /// `single_use_lost_at_drain_total`: claimed retries still running when a drain's
+    /// deadline passed: cancelled, and their outcome recorded as lost at once.
+    lost_at_drain: IntCounter,
 }
 
 impl SingleUseMetrics {
@@ -87,6 +91,16 @@ impl SingleUseMetrics {
         self.detached_runs.inc();
     }
 
+    /// A claimed retry outlived the drain deadline and was recorded as outcome lost.
+    pub fn lost_at_drain(&self) {
+        self.lost_at_drain.inc();
+    }
+
+    /// Claimed retries recorded as outcome lost by drains so far.
+    pub fn lost_at_drain_count(&self) -> u64 {
+        self.lost_at_drain.get()
+    }
+
     /// Claims counted so far that found `result` (tests and tools read it).
     pub fn claims(&self, result: &str) -> u64 {
         self.claims.with_label_values(&[result]).get()
@@ -117,6 +131,7 @@ impl SingleUseMetrics {
         registry.register(Box::new(m.pending_writes.clone()))?;
         registry.register(Box::new(m.writes_retried.clone()))?;
         registry.register(Box::new(m.detached_runs.clone()))?;
+        registry.register(Box::new(m.lost_at_drain.clone()))?;
         Ok(m)
     }
 
@@ -151,7 +166,8 @@ impl SingleUseMetrics {
             errors: vec(
                 "single_use_errors_total",
                 "Single-use store failures, each of which refused a call: full, \
-                 principal_quota (the caller's own share was full), unavailable, timeout, \
+                 principal_quota (the caller's own share was full), newcomer_reserve (only \
+                 the entries kept for new callers were left), unavailable, timeout, \
                  invalid_id.",
                 "reason",
                 ERROR_REASONS,
@@ -182,6 +198,13 @@ impl SingleUseMetrics {
                  presentation of the same state.",
             )
             .expect("valid metric"),
+            lost_at_drain: IntCounter::new(
+                "single_use_lost_at_drain_total",
+                "Claimed retries still running when a drain reached drain.deadline: their call \
+                 was cancelled and their outcome recorded as lost at once, so duplicates are \
+                 told to start over without waiting for the run lease.",
+            )
+            .expect("valid metric"),
         }
     }
 }
@@ -208,6 +231,7 @@ mod tests {
             "mrtr_gateway_single_use_pending_writes",
             "mrtr_gateway_single_use_writes_retried_total",
             "mrtr_gateway_single_use_detached_runs_total",
+            "mrtr_gateway_single_use_lost_at_drain_total",
         ] {
             assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
         }

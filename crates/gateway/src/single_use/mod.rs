@@ -281,8 +281,7 @@ fn valid_id(id: &str) -> bool {
 
 fn memory_limits(cfg: &SingleUseConfig) -> MemoryLimits {
     MemoryLimits {
-        max_entries: cfg.max_entries,
-        max_entries_per_principal: cfg.max_entries_per_principal,
+        share: cfg.entry_share,
         max_outcome_bytes: cfg.max_outcome_bytes,
         max_total_outcome_bytes: cfg.max_total_outcome_bytes,
         sweep_interval: cfg.sweep_interval,
@@ -540,6 +539,21 @@ impl SingleUseStore {
         result
     }
 
+    /// Ends the run lease of `owner`'s started claim on `id` now, without an outcome: its
+    /// duplicates are told at once that the outcome was lost (a drain gives up a call it could
+    /// not wait for). True when there was such a claim.
+    pub async fn abandon(&self, id: &str, owner: &Owner) -> Result<bool, StoreError> {
+        let result = match self.backend_for(id) {
+            Err(e) => Err(e),
+            Ok(Backend::Memory(m)) => Ok(m.abandon(id, owner)),
+            Ok(Backend::Redis(r)) => r.abandon(id, owner).await,
+        };
+        if let Err(e) = &result {
+            self.count_error(e);
+        }
+        result
+    }
+
     /// [`SingleUseStore::complete`], and when that fails, retries in the background until the
     /// outcome lands or `until` (the claim's expiry) passes. Duplicates see "in progress"
     /// until then.
@@ -653,7 +667,7 @@ impl SingleUseStore {
     }
 
     fn count_error(&self, e: &StoreError) {
-        if let StoreError::PrincipalQuota { .. } = e {
+        if let StoreError::PrincipalQuota { .. } | StoreError::NewcomerReserve { .. } = e {
             // The caller's own doing; counted, not worth a warning per request.
             tracing::debug!(error = %e, "single-use claim refused");
         } else {

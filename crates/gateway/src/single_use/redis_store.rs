@@ -23,6 +23,8 @@
 //!   report what holds the id as the claim script would, without claiming it. A `c:` claim
 //!   whose lease is gone is deleted instead (its owner never started, and now never can: its
 //!   start finds no claim), so the id can be claimed in the store in force.
+//! - **abandon**: only if the claim is `s:<owner>`, drop its lease now: the call's outcome is
+//!   lost, and the next claim says so at once (a drain giving up a call it cannot wait for).
 //!
 //! Every call is bounded by `command_timeout` (the connection wait included), and any failure
 //! is an error, never a guess: the caller refuses the request (fail closed). Redis answering
@@ -147,6 +149,15 @@ end
 return {'p'}
 ";
 
+// KEYS: claim, lease. ARGV: owner token. 1 when the owner's started claim lost its lease.
+const ABANDON_SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) ~= 's:' .. ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[2])
+return 1
+";
+
 /// Cheap to clone; clones share the connection.
 #[derive(Clone)]
 pub struct RedisStore {
@@ -170,6 +181,7 @@ struct Scripts {
     complete: Script,
     release: Script,
     lookup: Script,
+    abandon: Script,
 }
 
 impl RedisStore {
@@ -226,6 +238,7 @@ impl RedisStore {
                 complete: Script::new(COMPLETE_SCRIPT),
                 release: Script::new(RELEASE_SCRIPT),
                 lookup: Script::new(LOOKUP_SCRIPT),
+                abandon: Script::new(ABANDON_SCRIPT),
             }),
         })
     }
@@ -341,6 +354,20 @@ impl RedisStore {
             )
             .await?;
         Ok(removed == 1)
+    }
+
+    pub async fn abandon(&self, id: &str, owner: &Owner) -> Result<bool, StoreError> {
+        let keys = self.keys(id);
+        let ended: i64 = self
+            .invoke(
+                self.scripts
+                    .abandon
+                    .key(&keys.claim)
+                    .key(&keys.lease)
+                    .arg(owner.token()),
+            )
+            .await?;
+        Ok(ended == 1)
     }
 
     /// PING, bounded by the command timeout.

@@ -29,6 +29,14 @@ pub enum StoreError {
         /// A hint for `Retry-After`: when its entries are next swept.
         retry_after: Duration,
     },
+    /// The caller holds ids already and only the ids kept for callers holding none are left
+    /// (`quotas.newcomer_reserve`), memory store; callers new to the store are still served.
+    #[error("only the {reserve} single-use entries kept for new callers are left")]
+    NewcomerReserve {
+        reserve: usize,
+        /// A hint for `Retry-After`: when entries are next swept.
+        retry_after: Duration,
+    },
     /// The store could not be reached or answered with an error.
     #[error("the single-use store is unavailable: {0}")]
     Unavailable(String),
@@ -46,6 +54,7 @@ impl StoreError {
         match self {
             StoreError::Full { .. } => "full",
             StoreError::PrincipalQuota { .. } => "principal_quota",
+            StoreError::NewcomerReserve { .. } => "newcomer_reserve",
             StoreError::Unavailable(_) => "unavailable",
             StoreError::Timeout(_) => "timeout",
             StoreError::InvalidId => "invalid_id",
@@ -73,6 +82,17 @@ impl From<StoreError> for Rejection {
                     "this caller already holds {limit} retries in the gateway's replay guard \
                      (single_use.max_entries_per_principal); nothing was run. Retry later, \
                      once earlier ones have expired"
+                ),
+            ),
+            StoreError::NewcomerReserve {
+                reserve,
+                retry_after,
+            } => Rejection::new(
+                RejectionKind::SingleUsePrincipalQuota { retry_after },
+                format!(
+                    "the gateway's replay guard is nearly full and its last {reserve} entries are \
+                     kept for callers holding none (quotas.newcomer_reserve); this caller holds \
+                     some already, so nothing was run. Retry later, once earlier ones have expired"
                 ),
             ),
             StoreError::Unavailable(_) | StoreError::Timeout(_) => Rejection::new(
@@ -137,6 +157,21 @@ mod tests {
         assert!(r.error.message.contains("max_entries_per_principal"));
         assert!(r.error.message.contains("7"));
         assert_eq!(retry_after(&r), Some("2"));
+    }
+
+    #[test]
+    fn a_holder_refused_the_newcomers_reserve_is_a_429_and_its_own_fault() {
+        let e = StoreError::NewcomerReserve {
+            reserve: 3,
+            retry_after: Duration::from_secs(5),
+        };
+        assert_eq!(e.metric_reason(), "newcomer_reserve");
+        assert!(!e.may_have_landed());
+        let rej = Rejection::from(e);
+        let r = answer(&rej);
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(rej.fault(), Fault::Client);
+        assert!(r.error.message.contains("quotas.newcomer_reserve"));
     }
 
     #[test]

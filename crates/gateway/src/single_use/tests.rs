@@ -8,10 +8,10 @@ const MINUTE: Duration = Duration::from_secs(60);
 fn memory_config(max_entries: usize) -> SingleUseConfig {
     let raw = config::RawSingleUse {
         max_entries: max_entries as u64,
-        max_entries_per_principal: max_entries as u64,
+        max_entries_per_principal: Some(max_entries as u64),
         ..Default::default()
     };
-    SingleUseConfig::from_raw(&raw, None).unwrap()
+    SingleUseConfig::from_raw(&raw, None, Default::default()).unwrap()
 }
 
 async fn memory_store(metrics: &SingleUseMetrics, max_entries: usize) -> SingleUseStore {
@@ -27,7 +27,14 @@ fn owner() -> Owner {
 #[tokio::test]
 async fn every_claim_completion_and_error_is_counted() {
     let m = SingleUseMetrics::unregistered();
-    let s = memory_store(&m, 1).await;
+    // Two entries, one per caller.
+    let raw = config::RawSingleUse {
+        max_entries: 2,
+        max_entries_per_principal: Some(1),
+        ..Default::default()
+    };
+    let cfg = SingleUseConfig::from_raw(&raw, None, Default::default()).unwrap();
+    let s = SingleUseStore::from_config(&cfg, m.clone()).await.unwrap();
     assert_eq!(s.kind(), "memory");
     let o = owner();
     assert_eq!(s.claim("id1", &o, MINUTE).await.unwrap(), Claim::Acquired);
@@ -40,8 +47,12 @@ async fn every_claim_completion_and_error_is_counted() {
         s.claim("id2", &owner(), MINUTE).await,
         Err(StoreError::PrincipalQuota { limit: 1, .. })
     ));
+    assert_eq!(
+        s.claim("id2", &Owner::new("q"), MINUTE).await.unwrap(),
+        Claim::Acquired
+    );
     assert!(matches!(
-        s.claim("id2", &Owner::new("q"), MINUTE).await,
+        s.claim("id3", &Owner::new("r"), MINUTE).await,
         Err(StoreError::Full { .. })
     ));
     assert!(s.start("id1", &o, MINUTE).await.unwrap());
@@ -53,13 +64,13 @@ async fn every_claim_completion_and_error_is_counted() {
         s.claim("id1", &owner(), MINUTE).await.unwrap(),
         Claim::Done(Bytes::from_static(b"{}"))
     );
-    assert_eq!(m.claims("acquired"), 1);
+    assert_eq!(m.claims("acquired"), 2);
     assert_eq!(m.claims("in_progress"), 1);
     assert_eq!(m.claims("done"), 1);
     assert_eq!(m.errors("full"), 1);
     assert_eq!(m.errors("principal_quota"), 1);
     assert_eq!(m.outcomes("kept"), 1);
-    assert_eq!(s.entries(), Some(1));
+    assert_eq!(s.entries(), Some(2));
     s.health().await.unwrap();
 }
 
@@ -129,7 +140,7 @@ async fn a_new_redis_password_is_a_new_store() {
             ..Default::default()
         };
         raw.redis.urls = vec![url.into()];
-        SingleUseConfig::from_raw(&raw, None).unwrap()
+        SingleUseConfig::from_raw(&raw, None, Default::default()).unwrap()
     };
     let s = SingleUseStore::build(
         &cfg("redis://:old@127.0.0.1:1/0"),
@@ -158,7 +169,7 @@ async fn a_reload_that_moves_redis_claims_retires_the_old_target_for_the_horizon
         };
         raw.redis.urls = vec![url.into()];
         raw.redis.key_prefix = prefix.into();
-        SingleUseConfig::from_raw(&raw, None).unwrap()
+        SingleUseConfig::from_raw(&raw, None, Default::default()).unwrap()
     };
     let a = cfg("redis://127.0.0.1:1/0", "mrtr:");
     let s = SingleUseStore::build(&a, SingleUseMetrics::unregistered()).unwrap();
@@ -204,7 +215,7 @@ async fn a_reload_to_another_backend_still_honours_the_claims_held_in_memory() {
     raw.redis.urls = vec!["redis://127.0.0.1:1/0".into()];
     raw.redis.command_timeout = "100ms".into();
     raw.redis.connect_timeout = "100ms".into();
-    let cfg = SingleUseConfig::from_raw(&raw, None).unwrap();
+    let cfg = SingleUseConfig::from_raw(&raw, None, Default::default()).unwrap();
     let switched = s.reconfigured(&cfg, MINUTE).unwrap().unwrap();
     assert_eq!(switched.kind(), "redis");
     assert_eq!(switched.retired_stores(), 1);
