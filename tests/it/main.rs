@@ -16,6 +16,7 @@ mod dual_era;
 mod faults;
 mod front;
 mod fuzz_state;
+mod image;
 mod interop;
 mod isolation;
 mod listen;
