@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: installs what the tests need (Redis, nginx, the
-# pinned Python MCP SDKs and the pinned TypeScript reference server), checks formatting and
-# lints, then runs every test.
+# The whole test suite, from a fresh machine: installs what the tests need (Redis, nginx,
+# podman and runc, the pinned Python MCP SDKs and the pinned TypeScript reference server),
+# checks formatting and lints, builds the release binary for the image test, then runs every
+# test.
 #   scripts/test.sh            # everything
 #   scripts/test.sh -E 'test(interop)'   # extra arguments go to cargo nextest
 set -euo pipefail
@@ -9,14 +10,21 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "system packages (redis-server, nginx-light; Node.js 20 must be present)"
+step "system packages (redis-server, nginx-light, podman, runc, binutils; Node.js 20 must be present)"
 # nginx is the real TLS terminator in front of the Python legacy server (tests/it/upstream_tls.rs).
 # Pinned to Debian 12's nginx 1.22 series; the exact build is the archive's current one.
+# podman builds and runs the container image (tests/it/image.rs, scripts/build-image.sh, which
+# also needs binutils' objcopy and readelf and apt-get download); runc is the OCI runtime the
+# test uses, because Debian 12's crun cannot start containers on hosts with a hybrid cgroup
+# layout (see tests/it/image.rs).
 NGINX_SERIES="1.22."
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 { [ -x /usr/sbin/nginx ] && /usr/sbin/nginx -v 2>&1 | grep -q "nginx/${NGINX_SERIES}"; } || missing+=(nginx-light)
+command -v podman >/dev/null 2>&1 || missing+=(podman)
+command -v runc >/dev/null 2>&1 || missing+=(runc)
+{ command -v objcopy && command -v readelf; } >/dev/null 2>&1 || missing+=(binutils)
 if [ "${#missing[@]}" -gt 0 ]; then
   as_root apt-get update -qq
   # A policy-rc.d answering 101 installs without starting the distribution's services (nginx
@@ -32,6 +40,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 /usr/sbin/nginx -v 2>&1 | grep "nginx/${NGINX_SERIES}" || { echo "nginx ${NGINX_SERIES}x is required" >&2; exit 1; }
 redis-server --version
+podman --version
+runc --version | sed -n 1p
 # The TypeScript reference server (tests/peers/ts) runs on Node.js 20 or newer (its HTTP layer,
 # @hono/node-server, requires 20). The machines this project runs on ship Node.js 20 with npm;
 # Debian 12's own nodejs is 18 and no other source is reachable from them, so a machine
@@ -49,6 +59,15 @@ tests/peers/setup.sh
 step "format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# The image test (tests/it/image.rs) builds the release binary through scripts/build-image.sh.
+# On the whole suite it is built here first, on an otherwise idle machine: built inside the
+# test run, it would compete for the cores with the timing-sensitive tests. A filtered run
+# leaves it to the image test, if selected.
+if [ "$#" -eq 0 ]; then
+  step "release binary (for the container image test)"
+  cargo build --release --locked --bin mrtr-gateway
+fi
 
 step "tests"
 export MRTR_PEERS_DIR="$PWD/.peers"

@@ -267,6 +267,17 @@ fn dockerfile_builds_the_cargo_binary_as_non_root_on_distroless() {
 }
 
 #[test]
+fn the_local_containerfile_gives_a_container_what_the_dockerfile_gives() {
+    assert_none(
+        "deploy/Containerfile.local",
+        dockerfile_checks::local_problems(
+            &read("deploy/Containerfile.local"),
+            &read("deploy/Dockerfile"),
+        ),
+    );
+}
+
+#[test]
 fn grafana_dashboard_charts_every_required_metric_and_only_known_ones() {
     let dashboard: Value = serde_json::from_str(&read("deploy/grafana/mrtr-gateway.json"))
         .expect("the dashboard is valid JSON");
@@ -618,6 +629,68 @@ fn broken_dockerfiles_are_caught() {
     expect_caught(
         check(&good.replace("EXPOSE 8080 9090", "EXPOSE 8080"), &ignore),
         "port 9090",
+    );
+    // Short names, which podman resolves only through a host's search registries.
+    expect_caught(
+        check(&good.replace("docker.io/library/rust:", "rust:"), &ignore),
+        "FROM rust:1.95-bookworm is not a fully qualified",
+    );
+    expect_caught(
+        check(
+            &good.replace("gcr.io/distroless/cc-debian12", "distroless/cc-debian12"),
+            &ignore,
+        ),
+        "FROM distroless/cc-debian12:nonroot is not a fully qualified",
+    );
+    assert!(dockerfile_checks::fully_qualified(
+        "localhost/mrtr-gateway:0.1.0"
+    ));
+    assert!(dockerfile_checks::fully_qualified(
+        "registry.example:5000/gw:1"
+    ));
+    assert!(!dockerfile_checks::fully_qualified("library/rust:1.95"));
+}
+
+#[test]
+fn a_local_containerfile_that_drifts_from_the_dockerfile_is_caught() {
+    let good = read("deploy/Containerfile.local");
+    let dockerfile = read("deploy/Dockerfile");
+    let check = |text: &str| dockerfile_checks::local_problems(text, &dockerfile);
+    assert_none("the pristine Containerfile.local", check(&good));
+    let broken = |from: &str, to: &str| {
+        assert!(good.contains(from), "Containerfile.local has no {from:?}");
+        check(&good.replace(from, to))
+    };
+    expect_caught(broken("USER 65532:65532", "USER 1000:1000"), "USER");
+    expect_caught(
+        broken("FROM scratch", "FROM docker.io/library/debian:12-slim"),
+        "not a single stage FROM scratch",
+    );
+    expect_caught(
+        broken("COPY rootfs/ /", "COPY rootfs/ /\nRUN ls"),
+        "RUN ls: the image is built without a runtime",
+    );
+    expect_caught(
+        broken("COPY rootfs/ /", "COPY . /"),
+        "only `COPY rootfs/ /`",
+    );
+    expect_caught(broken("EXPOSE 8080 9090", "EXPOSE 8080"), "EXPOSE [8080]");
+    expect_caught(
+        broken("\"/etc/mrtr-gateway/gateway.toml\"]", "\"/gateway.toml\"]"),
+        "CMD",
+    );
+    expect_caught(
+        broken("licenses=\"Apache-2.0\"", "licenses=\"MIT\""),
+        "label org.opencontainers.image.licenses is Some(\"MIT\")",
+    );
+    // And the other way round: the Dockerfile moving on without it.
+    let moved = dockerfile.replace(
+        "ENTRYPOINT [\"/usr/local/bin/mrtr-gateway\"]",
+        "ENTRYPOINT [\"/app/mrtr-gateway\"]",
+    );
+    expect_caught(
+        dockerfile_checks::local_problems(&good, &moved),
+        "ENTRYPOINT",
     );
 }
 

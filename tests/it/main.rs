@@ -18,6 +18,7 @@ mod fair_share;
 mod faults;
 mod front;
 mod fuzz_state;
+mod image;
 mod interop;
 mod isolation;
 mod listen;

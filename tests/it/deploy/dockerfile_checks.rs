@@ -1,6 +1,10 @@
-//! Static checks of `deploy/Dockerfile` (no Docker engine here to build it): instructions are
-//! parsed (continuations joined, comments dropped) and checked against the repository.
+//! Static checks of `deploy/Dockerfile` (built on machines that can pull its base images; no
+//! registry is reachable here) and of `deploy/Containerfile.local` against it (the image
+//! `scripts/build-image.sh` builds here, which `tests/it/image.rs` builds and runs):
+//! instructions are parsed (continuations joined, comments dropped) and checked against the
+//! repository.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::Value;
@@ -59,6 +63,48 @@ fn stages(all: &[Instruction]) -> Vec<&[Instruction]> {
         .collect()
 }
 
+/// The image a stage starts from (`FROM [--platform=...] IMAGE [AS NAME]`) and its name.
+fn stage_base(stage: &[Instruction]) -> (&str, Option<&str>) {
+    let words: Vec<&str> = stage[0]
+        .args
+        .split_whitespace()
+        .filter(|w| !w.starts_with("--"))
+        .collect();
+    let name = words
+        .windows(2)
+        .find(|w| w[0].eq_ignore_ascii_case("AS"))
+        .map(|w| w[1]);
+    (words.first().copied().unwrap_or(""), name)
+}
+
+/// Whether `image` names its registry: podman and buildah resolve a short name such as
+/// `rust:1.95` only through `unqualified-search-registries`, which a host may not set (and
+/// which would let whichever registry answers first supply the image).
+pub fn fully_qualified(image: &str) -> bool {
+    match image.split_once('/') {
+        Some((host, rest)) => {
+            !rest.is_empty() && (host.contains('.') || host.contains(':') || host == "localhost")
+        }
+        None => false,
+    }
+}
+
+/// Every `FROM` whose image is neither `scratch`, an earlier stage, nor fully qualified.
+fn unqualified_bases(stages: &[&[Instruction]]) -> Vec<String> {
+    let mut named = Vec::new();
+    let mut p = Vec::new();
+    for stage in stages {
+        let (image, name) = stage_base(stage);
+        if image != "scratch" && !named.contains(&image) && !fully_qualified(image) {
+            p.push(format!(
+                "FROM {image} is not a fully qualified image name (REGISTRY/REPOSITORY:TAG)"
+            ));
+        }
+        named.extend(name);
+    }
+    p
+}
+
 /// `--flag=value` options at the front of COPY, and the remaining words.
 fn copy_parts(args: &str) -> (Vec<(&str, &str)>, Vec<&str>) {
     let mut flags = Vec::new();
@@ -105,15 +151,19 @@ pub fn problems(dockerfile: &str, dockerignore: &str, expect: &Expect) -> Vec<St
     let builder_from = first[0].args.split_whitespace().collect::<Vec<_>>();
     if !builder_from
         .first()
-        .is_some_and(|i| i.starts_with("rust:1.95"))
+        .is_some_and(|i| i.starts_with("docker.io/library/rust:1.95"))
     {
-        p.push(format!("the builder is not rust:1.95: {}", first[0].args));
+        p.push(format!(
+            "the builder is not docker.io/library/rust:1.95: {}",
+            first[0].args
+        ));
     }
     let builder_name = builder_from
         .windows(2)
         .find(|w| w[0].eq_ignore_ascii_case("AS"))
         .map(|w| w[1])
         .unwrap_or("");
+    p.extend(unqualified_bases(&stages));
     let builder_workdir = first
         .iter()
         .rev()
@@ -263,6 +313,131 @@ pub fn problems(dockerfile: &str, dockerignore: &str, expect: &Expect) -> Vec<St
             "the licenses label is not Cargo.toml's {}",
             expect.license
         ));
+    }
+    p
+}
+
+/// What a container sees of an image: the last stage's user, ports, entry point, command
+/// and labels.
+#[derive(Debug, Default)]
+pub struct Contract {
+    pub user: Option<String>,
+    pub ports: Vec<u16>,
+    pub entrypoint: Option<Vec<String>>,
+    pub cmd: Option<Vec<String>>,
+    pub labels: BTreeMap<String, String>,
+}
+
+pub fn contract(stage: &[Instruction]) -> Contract {
+    let last = |k: &str| stage.iter().rev().find(|i| i.keyword == k);
+    let mut ports: Vec<u16> = stage
+        .iter()
+        .filter(|i| i.keyword == "EXPOSE")
+        .flat_map(|i| i.args.split_whitespace())
+        .filter_map(|x| x.split('/').next()?.parse().ok())
+        .collect();
+    ports.sort_unstable();
+    Contract {
+        user: last("USER").map(|i| i.args.clone()),
+        ports,
+        entrypoint: last("ENTRYPOINT").and_then(|i| exec_form(&i.args)),
+        cmd: last("CMD").and_then(|i| exec_form(&i.args)),
+        labels: stage
+            .iter()
+            .filter(|i| i.keyword == "LABEL")
+            .flat_map(|i| label_pairs(&i.args))
+            .collect(),
+    }
+}
+
+/// `k="v" k2=v2 ...` as written in a LABEL instruction (double quotes, `\"` inside them).
+fn label_pairs(args: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut chars = args.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let key: String = std::iter::from_fn(|| chars.next_if(|&c| c != '=')).collect();
+        if key.is_empty() || chars.next() != Some('=') {
+            return out;
+        }
+        let mut value = String::new();
+        if chars.next_if_eq(&'"').is_some() {
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => value.extend(chars.next()),
+                    '"' => break,
+                    c => value.push(c),
+                }
+            }
+        } else {
+            value.extend(std::iter::from_fn(|| chars.next_if(|c| !c.is_whitespace())));
+        }
+        out.push((key.trim().to_owned(), value));
+    }
+}
+
+/// Everything wrong with `deploy/Containerfile.local` (what `scripts/build-image.sh` builds
+/// from the root filesystem it assembles) measured against `deploy/Dockerfile`: it must start
+/// from nothing, run nothing (building then needs no container runtime), copy only the
+/// assembled `rootfs/`, and give a container exactly what the Dockerfile's image gives.
+pub fn local_problems(containerfile: &str, dockerfile: &str) -> Vec<String> {
+    let local_all = parse(containerfile);
+    let local = stages(&local_all);
+    let reference_all = parse(dockerfile);
+    let reference = stages(&reference_all);
+    let (Some(stage), Some(reference)) = (local.last(), reference.last()) else {
+        return vec!["no FROM".into()];
+    };
+    let mut p = Vec::new();
+    if local.len() != 1 || stage_base(stage).0 != "scratch" {
+        p.push("not a single stage FROM scratch".into());
+    }
+    for i in stage.iter() {
+        match i.keyword.as_str() {
+            "RUN" => p.push(format!(
+                "RUN {}: the image is built without a runtime",
+                i.args
+            )),
+            "COPY" | "ADD" if i.args != "rootfs/ /" => p.push(format!(
+                "{} {}: only `COPY rootfs/ /` (the assembled root filesystem)",
+                i.keyword, i.args
+            )),
+            _ => {}
+        }
+    }
+    let (mine, theirs) = (contract(stage), contract(reference));
+    if mine.user != theirs.user {
+        p.push(format!(
+            "USER {:?}, the Dockerfile's is {:?}",
+            mine.user, theirs.user
+        ));
+    }
+    if mine.ports != theirs.ports {
+        p.push(format!(
+            "EXPOSE {:?}, the Dockerfile's is {:?}",
+            mine.ports, theirs.ports
+        ));
+    }
+    if mine.entrypoint != theirs.entrypoint {
+        p.push(format!(
+            "ENTRYPOINT {:?}, the Dockerfile's is {:?}",
+            mine.entrypoint, theirs.entrypoint
+        ));
+    }
+    if mine.cmd != theirs.cmd {
+        p.push(format!(
+            "CMD {:?}, the Dockerfile's is {:?}",
+            mine.cmd, theirs.cmd
+        ));
+    }
+    for (k, v) in &theirs.labels {
+        // The base image is the one thing the two legitimately differ in.
+        if k != "org.opencontainers.image.base.name" && mine.labels.get(k) != Some(v) {
+            p.push(format!(
+                "label {k} is {:?}, the Dockerfile's is {v:?}",
+                mine.labels.get(k)
+            ));
+        }
     }
     p
 }
