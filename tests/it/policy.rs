@@ -391,6 +391,119 @@ async fn malformed_questions_never_reach_the_client() {
     s.stop().await;
 }
 
+/// URLs written into a question's text are links in most clients: the message, a field's
+/// description and its default are judged by the URL rules too (`policy.url.review_text`),
+/// and a question carrying an unsafe one never reaches the client.
+#[tokio::test]
+async fn unsafe_urls_in_a_questions_text_hold_the_question_back() {
+    let s = start("").await;
+    let form = |message: &str, field: Value| {
+        json!({"method": "elicitation/create", "params": json!({
+            "message": message,
+            "requestedSchema": {"type": "object", "properties": {"site": field}}
+        }).to_string()})
+    };
+    let plain = json!({"type": "string"});
+    let cases = [
+        form(
+            "Sign in at https://169.254.169.254/latest/meta-data first",
+            plain.clone(),
+        ),
+        form(
+            "Paste this: javascript:alert(document.cookie)",
+            plain.clone(),
+        ),
+        form(
+            "Which site?",
+            json!({"type": "string", "description": "e.g. https://metadata.google.internal/"}),
+        ),
+        form(
+            "Which site?",
+            json!({"type": "string", "default": "https://127.0.0.1:8080/steal"}),
+        ),
+    ];
+    for (i, args) in cases.into_iter().enumerate() {
+        let ex = s.call("raw_ask", args).await;
+        // Refused: the legacy server was told "decline", and no question came to the client.
+        assert!(complete_text(&ex).contains("decline"), "case {i}");
+        assert_eq!(
+            s.refusals("elicitation_form", "url_in_text"),
+            (i + 1) as f64
+        );
+    }
+    // A safe link in the text passes, as written.
+    let ex = s
+        .call(
+            "raw_ask",
+            form("Read https://auth.example.com/help first", plain),
+        )
+        .await;
+    assert_eq!(
+        only_question(&ex)["params"]["message"],
+        "Read https://auth.example.com/help first"
+    );
+    s.stop().await;
+
+    // Off: the same question reaches the client.
+    let s = start("[policy.url]\nreview_text = false\n").await;
+    let ex = s
+        .call(
+            "raw_ask",
+            form("Paste this: javascript:alert(1)", json!({"type": "string"})),
+        )
+        .await;
+    assert_eq!(
+        only_question(&ex)["params"]["message"],
+        "Paste this: javascript:alert(1)"
+    );
+    s.stop().await;
+}
+
+/// A legacy error's `data` goes to the client as it is, unless it carries a URL the policy
+/// refuses: then it is dropped (code and message still go through) and counted.
+#[tokio::test]
+async fn a_legacy_errors_data_with_an_unsafe_url_is_dropped() {
+    let handlers = Handlers::new()
+        .tool(
+            "bad_help",
+            "fails with a bad link",
+            json!({"type": "object"}),
+            |_c, _a| async {
+                Err(mrtr_testkit::legacy_server::RpcError::new(-32000, "broken")
+                    .with_data(json!({"help": ["see", "http://10.0.0.1/admin"]})))
+            },
+        )
+        .tool(
+            "good_help",
+            "fails with a good link",
+            json!({"type": "object"}),
+            |_c, _a| async {
+                Err(mrtr_testkit::legacy_server::RpcError::new(-32000, "broken")
+                    .with_data(json!({"help": "https://docs.example.com/errors#broken"})))
+            },
+        );
+    let env = env(handlers).await;
+    let client = env.client();
+    let bad = call_tool(&client, "bad_help").await;
+    let error = &bad.message.as_ref().unwrap()["error"];
+    assert_eq!(error["message"], "broken");
+    assert!(error.get("data").is_none(), "{error}");
+    let good = call_tool(&client, "good_help").await;
+    assert_eq!(
+        good.message.as_ref().unwrap()["error"]["data"]["help"],
+        "https://docs.example.com/errors#broken"
+    );
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_policy_refusals_total",
+            &[("kind", "error_data"), ("reason", "url_in_text")]
+        ),
+        1.0
+    );
+    env.stop().await;
+}
+
 #[tokio::test]
 async fn a_legacy_result_cannot_forge_a_round() {
     let s = start("").await;

@@ -594,12 +594,38 @@ fn final_result(
         }
         return Ok(result);
     }
-    let err = msg.get("error").cloned().unwrap_or_else(|| json!({}));
+    let mut err = msg.get("error").cloned().unwrap_or_else(|| json!({}));
+    drop_unsafe_error_data(engine, call, &mut err);
     Err(translate::legacy_error(
         &err,
         &call.params,
         RejectionKind::LegacyError,
     ))
+}
+
+/// A legacy error's `data` reaches the client as it is: when it carries a URL the policy
+/// refuses (`policy.url.review_text`), it is dropped (the code and message still go through).
+fn drop_unsafe_error_data(engine: &Engine, call: &Call, err: &mut Value) {
+    let cfg = engine.config();
+    if !cfg.policy.url.review_text {
+        return;
+    }
+    let Some(refused) = err
+        .get("data")
+        .and_then(|d| crate::policy::text_urls::first_refused_in(d, &cfg.policy.url))
+    else {
+        return;
+    };
+    if let Some(obj) = err.as_object_mut() {
+        obj.remove("data");
+    }
+    engine.metrics.policy().refused("error_data", "url_in_text");
+    tracing::warn!(
+        call = %call.describe(),
+        reason = refused.refusal.reason(),
+        url_host = refused.origin.as_ref().map_or("", |o| o.host.as_str()),
+        "dropped a legacy error's data: it carries a URL the policy refuses"
+    );
 }
 
 /// Dispatches a routed method to its server (`render`: see [`serve_mrtr`]).

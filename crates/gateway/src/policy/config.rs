@@ -35,6 +35,7 @@ pub struct RawUrlPolicy {
     pub deny_hosts: Vec<String>,
     pub allow_http: bool,
     pub max_length: u64,
+    pub review_text: bool,
 }
 
 impl Default for RawUrlPolicy {
@@ -44,6 +45,7 @@ impl Default for RawUrlPolicy {
             deny_hosts: Vec::new(),
             allow_http: false,
             max_length: 2048,
+            review_text: true,
         }
     }
 }
@@ -161,6 +163,7 @@ impl PolicyConfig {
                 deny_hosts: patterns("policy.url.deny_hosts", &raw.url.deny_hosts)?,
                 allow_http: raw.url.allow_http,
                 max_length: raw.url.max_length as usize,
+                review_text: raw.url.review_text,
             },
             max_tokens: (raw.sampling.max_tokens > 0).then_some(raw.sampling.max_tokens),
             rules,

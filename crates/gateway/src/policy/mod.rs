@@ -32,6 +32,7 @@ pub mod config;
 mod host_pattern;
 mod metrics;
 mod question_schema;
+pub mod text_urls;
 pub mod url;
 
 use serde_json::{Value, json};
@@ -57,6 +58,8 @@ pub enum RefusalReason {
     Malformed,
     /// A URL elicitation whose URL the URL policy refuses.
     Url(UrlRefusal),
+    /// A URL the URL policy refuses, written in the question's text (`policy.url.review_text`).
+    UrlInText(UrlRefusal),
 }
 
 impl RefusalReason {
@@ -65,6 +68,7 @@ impl RefusalReason {
             RefusalReason::KindNotAllowed => "kind_not_allowed",
             RefusalReason::Malformed => "malformed",
             RefusalReason::Url(u) => u.reason(),
+            RefusalReason::UrlInText(_) => "url_in_text",
         }
     }
 }
@@ -161,6 +165,20 @@ fn decide_as(
     }
     if let Err(why) = question_schema::validate(&request) {
         return refuse(RefusalReason::Malformed, why, None);
+    }
+    if policy.url.review_text && matches!(kind, InputKind::ElicitForm | InputKind::ElicitUrl) {
+        for (field, text) in text_urls::elicitation_texts(&request) {
+            if let Some(refused) = text_urls::first_refused(text, &policy.url) {
+                return refuse(
+                    RefusalReason::UrlInText(refused.refusal),
+                    format!(
+                        "a URL in {field}: {}",
+                        refused.refusal.describe(&policy.url)
+                    ),
+                    refused.origin,
+                );
+            }
+        }
     }
     if kind == InputKind::ElicitUrl {
         let raw = request

@@ -61,6 +61,8 @@ pub struct UrlPolicy {
     pub allow_http: bool,
     /// Longest URL accepted, bytes.
     pub max_length: usize,
+    /// Whether URLs written in a question's text and in legacy error data are judged too.
+    pub review_text: bool,
 }
 
 impl Default for UrlPolicy {
@@ -70,6 +72,7 @@ impl Default for UrlPolicy {
             deny_hosts: Vec::new(),
             allow_http: false,
             max_length: 2048,
+            review_text: true,
         }
     }
 }
