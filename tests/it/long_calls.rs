@@ -471,3 +471,48 @@ async fn a_drain_keeps_a_detached_calls_outcome_or_records_it_lost_at_its_deadli
     assert_eq!(env.legacy.stats().tool_starts("slow"), 2);
     env.stop().await;
 }
+
+/// The access line says which round a request served and how: fresh, following a running
+/// call (state-only rounds), resumed from the parking lot (or replayed).
+/// Runs on the test's single thread, so the thread-local subscriber sees every task.
+#[tokio::test(flavor = "current_thread")]
+async fn the_access_line_names_the_round_and_the_path() {
+    let logs = crate::support::logs::LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let env = env_with(
+        LegacyServerConfig::default(),
+        slow_handlers(),
+        "",
+        ROUND_AFTER,
+    )
+    .await;
+    let (_, ex) = env
+        .client()
+        .call_with_input(
+            "tools/call",
+            json!({"name": "slow_ask", "arguments": {"ms": 700}}),
+            &mut answer,
+            20,
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(ex.result().unwrap()), "Hello, name-answer!");
+    env.stop().await;
+
+    let access: Vec<String> = logs
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("request done") && l.contains("call_target=\"slow_ask\""))
+        .collect();
+    let has = |part: &str| access.iter().any(|l| l.contains(part));
+    assert!(has("round=1") && has("path=\"fresh\""), "{access:#?}");
+    assert!(has("path=\"following\""), "{access:#?}");
+    assert!(has("round=2") && has("path=\"resumed\""), "{access:#?}");
+}

@@ -117,6 +117,8 @@ pub async fn handle(
         request_id = %request_id,
         instance_id = %front.instance_id,
         call_target = tracing::field::Empty,
+        round = tracing::field::Empty,
+        path = tracing::field::Empty,
     );
     request_id
         .scope(handle_inner(front, req, conn, &cfg, span.clone()).instrument(span))

@@ -123,6 +123,7 @@ pub async fn serve_mrtr(
             .get("requestState")
             .and_then(Value::as_str)
             .unwrap_or_default();
+        Path::Following.record(p.rnd + 1);
         return long_call::follow(engine, call, p, token, sink, cancel).await;
     }
     let responses = input_responses(&call.params)?;
@@ -204,6 +205,34 @@ pub(super) async fn execute_and_settle(
     outcome
 }
 
+/// How a request's call was served, for its access line (the request span's `round` and
+/// `path` fields; the front declares them, the engine alone knows them).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Path {
+    /// A first round: the call started here.
+    Fresh,
+    /// A retry that took its call back from this replica's parking lot.
+    Resumed,
+    /// A retry that ran the call again, answering from its state.
+    Replayed,
+    /// A retry with a state-only round's state, waiting for a call that runs already.
+    Following,
+}
+
+impl Path {
+    pub(super) fn record(self, round: u32) {
+        let label = match self {
+            Path::Fresh => "fresh",
+            Path::Resumed => "resumed",
+            Path::Replayed => "replayed",
+            Path::Following => "following",
+        };
+        let span = tracing::Span::current();
+        span.record("round", round);
+        span.record("path", label);
+    }
+}
+
 /// What the presented request brought besides its params: the state it carried (opened and
 /// checked), the answers it may use, and what binds a new state to it.
 pub(super) struct Presented {
@@ -255,6 +284,12 @@ async fn execute(
     let policy = cfg.parking.policy_for(&call.method, call.target());
 
     let (resumed, minter) = take_parked(s, presented.prior.as_ref(), policy).await?;
+    let path = match (&resumed, &presented.prior) {
+        (Some(_), _) => Path::Resumed,
+        (None, Some(_)) => Path::Replayed,
+        (None, None) => Path::Fresh,
+    };
+    path.record(presented.prior.as_ref().map_or(0, |p| p.rnd) + 1);
     let mut mode = Mode::Mrtr {
         book: &mut presented.book,
         declared: &declared,
