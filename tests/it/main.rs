@@ -26,6 +26,7 @@ mod readiness;
 mod replicas;
 mod rounds;
 mod single_use_redis;
+mod traces;
 mod transports;
 mod trust;
 mod trust_paths;

@@ -37,6 +37,8 @@ pub const METRICS: &[&str] = &[
     "legacy_get_streams",
     "accept_errors_total",
     "roots_refreshes_total",
+    "trace_spans_total",
+    "trace_queued_spans",
 ];
 
 /// The histograms, whose series also appear as `_bucket`, `_sum` and `_count`.

@@ -29,6 +29,7 @@ mod replica;
 mod state;
 mod subscriptions;
 mod tls;
+mod traces;
 mod upstream;
 
 use std::path::Path;
@@ -52,6 +53,7 @@ pub use replica::ReplicaConfig;
 pub use state::{StateConfig, decode_secret, load_keys_dir};
 pub use subscriptions::SubscriptionsConfig;
 pub use tls::{ClientAuth, TlsConfig};
+pub use traces::TracingConfig;
 pub use upstream::{LEGACY_VERSIONS, StdioConfig, UpstreamConfig, UpstreamTransport};
 
 /// The secret printed in `config/gateway.toml`; public, so never fit for production.
@@ -80,6 +82,8 @@ pub struct Config {
     /// What a legacy server may ask the client (`[policy]`).
     pub policy: crate::policy::PolicyConfig,
     pub legacy_clients: LegacyClientsConfig,
+    /// OpenTelemetry trace export (`[tracing]`); read once at start.
+    pub tracing: TracingConfig,
 }
 
 impl Config {
@@ -169,7 +173,9 @@ impl Config {
         let subscriptions = subscriptions::subscriptions_config(&raw.subscriptions)?;
         let policy = crate::policy::PolicyConfig::from_raw(&raw.policy)?;
         let legacy_clients = legacy_clients::legacy_clients_config(&raw.legacy_clients)?;
+        let tracing = traces::tracing_config(&raw.tracing)?;
         Ok(Config {
+            tracing,
             legacy_clients,
             policy,
             pool,

@@ -35,9 +35,10 @@ use super::run::{Captured, Mode, Question, Run, Start};
 use super::url_required;
 use crate::config::{CacheHint, ParkPolicy};
 use crate::error::{Rejection, RejectionKind};
-use crate::metrics::Retry;
+use crate::metrics::{Retry, method_label};
 use crate::single_use::Policy as SingleUsePolicy;
 use crate::state::{StateError, StatePayload};
+use crate::telemetry::spans;
 use crate::translate;
 use mrtr_wire::capabilities::Declared;
 use mrtr_wire::protocol::methods::{Route, route};
@@ -155,7 +156,15 @@ pub async fn serve_mrtr(
         origin,
         now,
     };
+    // The legacy call's client span, under the request's server span.
+    let legacy = spans::legacy_call(
+        method_label(&call.method),
+        call.target(),
+        cfg.upstream.transport.as_str(),
+    );
     let outcome = execute(&serving, presented, &mut may_have_run).await;
+    spans::end_legacy(&legacy, outcome.as_ref().err());
+    drop(legacy);
     if let Some(guard) = claim {
         guard
             .settle(&outcome, render, may_have_run, cancel.is_cancelled())
@@ -215,12 +224,19 @@ async fn execute(
     let policy = cfg.parking.policy_for(&call.method, call.target());
 
     let (resumed, minter) = take_parked(s, presented.prior.as_ref(), policy).await?;
+    let round = presented.prior.as_ref().map_or(0, |p| p.rnd) + 1;
+    let path = match (&resumed, &presented.prior) {
+        (Some(_), _) => "resumed",
+        (None, Some(_)) => "replayed",
+        (None, None) => "fresh",
+    };
+    spans::record_round(round, path);
     let mut mode = Mode::Mrtr {
         book: &mut presented.book,
         declared: &declared,
         minter,
         prior_shapes: prior_shapes(presented.prior.as_ref()),
-        round: presented.prior.as_ref().map_or(0, |p| p.rnd) + 1,
+        round,
     };
     let begun = match resumed {
         Some(running) => running,
@@ -306,6 +322,7 @@ async fn execute(
     }
     let asked = asked(&open.questions);
     let parked = park_or_cancel(s, run, open, minter, policy).await?;
+    spans::record_parked(parked.is_some());
     seal_round(s, &presented, Round { asked, parked }, &server_info).await
 }
 
@@ -493,7 +510,27 @@ pub async fn serve_forward(
     // it shows a legacy client declaring the same (servers register tools per capability);
     // any server request during a list is still refused (Forward mode).
     let declared = Declared::from_modern(&call.meta.client_capabilities);
-    let mut run = match Run::start(engine, call, &declared, &mut Mode::Forward).await {
+    let legacy = spans::legacy_call(
+        method_label(&call.method),
+        None,
+        cfg.upstream.transport.as_str(),
+    );
+    let outcome = forward(engine, call, &declared, sink, cancel, started).await;
+    spans::end_legacy(&legacy, outcome.as_ref().err());
+    outcome
+}
+
+/// [`serve_forward`]'s exchange with the legacy server.
+async fn forward(
+    engine: &Engine,
+    call: &Call,
+    declared: &Declared,
+    sink: &Sink,
+    cancel: &CancellationToken,
+    started: Instant,
+) -> Result<Value, Rejection> {
+    let cfg = engine.config();
+    let mut run = match Run::start(engine, call, declared, &mut Mode::Forward).await {
         Ok(Start::Sent(run)) => *run,
         Ok(Start::Asked { .. }) => unreachable!("forward mode refreshes no roots"),
         Err(e) => return Err(e.rejection),
