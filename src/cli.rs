@@ -141,9 +141,32 @@ pub fn run(command: Command) -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG as u8);
                 }
             };
-            let logging = mrtr_gateway::telemetry::init(&config.log.level, config.log.format);
+            let runtime = runtime();
+            // Trace export sends from the gateway's runtime; it is built before logging so
+            // that the subscriber can be given its layer.
+            let traces = match &config.tracing.otlp {
+                Some(otlp) => {
+                    match mrtr_gateway::telemetry::TraceExport::start(
+                        otlp,
+                        runtime.handle().clone(),
+                    ) {
+                        Ok(t) => Some(t),
+                        Err(e) => {
+                            eprintln!("{}: {e}", path.display());
+                            return ExitCode::from(EXIT_CONFIG as u8);
+                        }
+                    }
+                }
+                None => None,
+            };
+            let mut logging =
+                mrtr_gateway::telemetry::init(&config.log.level, config.log.format, traces);
             let outcome =
-                runtime().block_on(commands::serve::run(config, path, logging.level.clone()));
+                runtime.block_on(commands::serve::run(config, path, logging.level.clone()));
+            // The drain is over: the spans still queued go out (within tracing.export_timeout)
+            // while the runtime they are sent from still runs.
+            logging.flush_traces();
+            drop(runtime);
             // Every line the writer still holds is written before the process says how it ended.
             drop(logging);
             match outcome {

@@ -33,6 +33,8 @@ pub enum Path {
     /// The legacy client through nginx (`proxy_pass`, keep-alive upstream).
     Nginx,
     Gateway,
+    /// The same 2026-07-28 client through a second gateway that exports traces (`--otlp`).
+    GatewayTraced,
 }
 
 impl Flow {
@@ -57,6 +59,7 @@ impl Path {
             Path::Direct => "direct",
             Path::Nginx => "nginx",
             Path::Gateway => "gateway",
+            Path::GatewayTraced => "gateway+otlp",
         }
     }
 }
@@ -70,11 +73,13 @@ const SCENARIOS: [(Flow, Path); 6] = [
     (Flow::Elicit, Path::Gateway),
 ];
 
-/// One caller's clients: a warm legacy session, one through nginx, and a modern client.
+/// One caller's clients: a warm legacy session, one through nginx, and a modern client
+/// (and, for `--otlp`, one through the gateway that exports traces).
 pub struct Caller {
     pub direct: LegacyClient,
     pub via_nginx: LegacyClient,
     pub modern: ModernClient,
+    pub traced: Option<ModernClient>,
 }
 
 impl Caller {
@@ -89,7 +94,17 @@ impl Caller {
             // The same capabilities the direct client declares: elicitation (form) only.
             modern: ModernClient::new(gateway_url)
                 .with_capabilities(serde_json::json!({"elicitation": {"form": {}}})),
+            traced: None,
         })
+    }
+
+    /// The same caller with a client of the gateway at `traced_url` as well.
+    pub fn with_traced(mut self, traced_url: &str) -> Caller {
+        self.traced = Some(
+            ModernClient::new(traced_url)
+                .with_capabilities(serde_json::json!({"elicitation": {"form": {}}})),
+        );
+        self
     }
 
     /// One call of `flow` on `path`, checked for the expected result.
@@ -99,6 +114,11 @@ impl Caller {
             Path::Nginx => &self.via_nginx,
             _ => &self.direct,
         };
+        let modern = match (path, &self.traced) {
+            (Path::GatewayTraced, Some(traced)) => traced,
+            (Path::GatewayTraced, None) => return Err("no traced gateway in this run".into()),
+            _ => &self.modern,
+        };
         let (result, expected) = match (flow, path) {
             (Flow::Plain, Path::Direct | Path::Nginx) => {
                 let text = format!("hello {n}");
@@ -107,10 +127,9 @@ impl Caller {
                     .await?;
                 (r, text)
             }
-            (Flow::Plain, Path::Gateway) => {
+            (Flow::Plain, Path::Gateway | Path::GatewayTraced) => {
                 let text = format!("hello {n}");
-                let ex = self
-                    .modern
+                let ex = modern
                     .request(
                         "tools/call",
                         json!({"name": "echo", "arguments": {"text": text}}),
@@ -126,10 +145,9 @@ impl Caller {
                 let r = legacy.call_tool("ask", json!({}), &answer).await?;
                 (r, "Hello, name-answer".to_string())
             }
-            (Flow::Elicit, Path::Gateway) => {
+            (Flow::Elicit, Path::Gateway | Path::GatewayTraced) => {
                 let mut answerer = |_key: &str, req: &Value| Ok(answer_form(req));
-                let (rounds, ex) = self
-                    .modern
+                let (rounds, ex) = modern
                     .call_with_input(
                         "tools/call",
                         json!({"name": "ask", "arguments": {}}),
@@ -164,7 +182,7 @@ impl Caller {
 pub type CpuProbe<'a> = &'a (dyn Fn(Path) -> (f64, f64) + Sync);
 
 /// Runs `flow` on `path` with every caller for `length`.
-async fn slice(
+pub async fn slice(
     callers: &[Arc<Caller>],
     flow: Flow,
     path: Path,

@@ -41,6 +41,8 @@ pub struct GatewayOptions {
     pub binary: Option<String>,
     /// A command the gateway runs under (e.g. a profiler), split on spaces.
     pub prefix: Vec<String>,
+    /// `tracing.otlp_endpoint` (trace export off when `None`, the shipped default).
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for GatewayOptions {
@@ -59,6 +61,7 @@ impl Default for GatewayOptions {
             log_level: "info".into(),
             binary: None,
             prefix: Vec::new(),
+            otlp_endpoint: None,
         }
     }
 }
@@ -89,7 +92,12 @@ fn random_secret() -> String {
 }
 
 fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions) -> String {
-    format!(
+    let tracing = o
+        .otlp_endpoint
+        .as_deref()
+        .map(|e| format!("[tracing]\notlp_endpoint = \"{e}\"\n"))
+        .unwrap_or_default();
+    let mut text = format!(
         "[listen]\naddr = \"127.0.0.1:{port}\"\nmax_concurrent_requests = {max}\n\
          [upstream]\nurl = \"{legacy_url}\"\nidle_timeout = \"{idle}\"\n\
          [state]\nttl = \"10m\"\n\
@@ -111,7 +119,9 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
         ttl = o.parking_ttl,
         log_level = o.log_level,
         reserve = o.newcomer_reserve,
-    )
+    );
+    text.push_str(&tracing);
+    text
 }
 
 impl GatewayChild {

@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo bench --bench load -- --clients 32 --duration 60s --warmup 2s   # direct vs nginx vs gateway
 //! cargo bench --bench load -- --clients 16 --json                      # the same, as JSON
+//! cargo bench --bench load -- --otlp --clients 32 --duration 40s         # trace export off vs on
 //! scripts/soak.sh --duration 2m                                        # --soak
 //! scripts/park.sh 10000                                                # --park N
 //! ```
@@ -20,6 +21,7 @@ mod fixture;
 mod gateway_child;
 mod legacy_client;
 mod nginx;
+mod otlp;
 mod park;
 mod report;
 mod samples;
@@ -79,6 +81,10 @@ struct Args {
     /// Calls in flight at once while parking.
     #[arg(long, default_value_t = 64)]
     park_concurrency: usize,
+    /// Compare the gateway with trace export off and on (a second gateway exporting to an
+    /// OTLP/HTTP sink in this process), side by side, instead of direct/nginx/gateway.
+    #[arg(long)]
+    otlp: bool,
     /// Run this gateway binary instead of the one built with the bench (to compare builds).
     #[arg(long)]
     gateway_binary: Option<String>,
@@ -140,6 +146,8 @@ async fn run(args: Args) -> Result<(), String> {
         park_run(&gw, n, &args).await
     } else if args.soak {
         soak_run(&legacy, &gw, &args).await
+    } else if args.otlp {
+        otlp_run(&legacy, &gw, &args, &options).await
     } else {
         compare_run(&legacy, &gw, &args, &options).await
     };
@@ -184,7 +192,7 @@ async fn compare_run(
     let cpu = |path: compare::Path| match path {
         compare::Path::Direct => (0.0, 0.0),
         compare::Path::Nginx => hop.cpu_seconds(),
-        compare::Path::Gateway => gw.cpu_seconds(),
+        compare::Path::Gateway | compare::Path::GatewayTraced => gw.cpu_seconds(),
     };
     let comparison =
         compare::run(&callers, args.warmup, args.slice, rounds, !args.json, &cpu).await;
@@ -237,6 +245,86 @@ async fn compare_run(
         args,
         &report::table(&comparison, &setup),
         report::json(&comparison, setup_json),
+    );
+    Ok(())
+}
+
+async fn otlp_run(
+    legacy: &mrtr_testkit::legacy_server::LegacyServer,
+    gw: &GatewayChild,
+    args: &Args,
+    options: &GatewayOptions,
+) -> Result<(), String> {
+    let duration = args.duration.unwrap_or(Duration::from_secs(60));
+    let (endpoint, sink) = otlp::start_sink().await?;
+    let traced = GatewayChild::spawn(
+        &legacy.url(),
+        &GatewayOptions {
+            otlp_endpoint: Some(endpoint),
+            ..options.clone()
+        },
+    )
+    .await?;
+    let rounds = ((duration.as_secs_f64() / 4.0) / args.slice.as_secs_f64())
+        .round()
+        .max(1.0) as usize;
+    let mut callers = Vec::with_capacity(args.clients);
+    for _ in 0..args.clients {
+        // The nginx client is unused here: it talks to the legacy server directly.
+        callers.push(Arc::new(
+            compare::Caller::connect(&legacy.url(), &legacy.url(), &gw.url)
+                .await?
+                .with_traced(&traced.url),
+        ));
+    }
+    let cpu = |path: compare::Path| match path {
+        compare::Path::GatewayTraced => traced.cpu_seconds(),
+        compare::Path::Gateway => gw.cpu_seconds(),
+        _ => (0.0, 0.0),
+    };
+    let flows = otlp::run(&callers, args.warmup, args.slice, rounds, !args.json, &cpu).await;
+    for caller in callers {
+        if let Ok(c) = Arc::try_unwrap(caller) {
+            c.direct.close().await;
+            c.via_nginx.close().await;
+        }
+    }
+    // Let the last batch go out before counting.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (exported, dropped, failed) = otlp::exported(&traced).await?;
+    let requests = sink.requests.load(std::sync::atomic::Ordering::Relaxed);
+    let bytes = sink.bytes.load(std::sync::atomic::Ordering::Relaxed);
+    traced.stop().await;
+    let setup = format!(
+        "mrtr-load --otlp: {} clients; {} rounds of {:?} slices per scenario after {:?} warm-up each; \
+         two gateway children at the shipped defaults (log.level {}), one with [tracing] otlp_endpoint \
+         set to a sink in this process (defaults: batches of up to 512 spans every 5s); {} CPUs; \
+         the traced gateway exported {exported} spans ({dropped} dropped, {failed} failed) in {requests} \
+         export requests, {bytes} bytes",
+        args.clients,
+        rounds,
+        args.slice,
+        args.warmup,
+        options.log_level,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    );
+    let setup_json = json!({
+        "clients": args.clients,
+        "rounds": rounds,
+        "slice_s": args.slice.as_secs_f64(),
+        "warmup_s": args.warmup.as_secs_f64(),
+        "log_level": options.log_level,
+        "spans_exported": exported,
+        "spans_dropped": dropped,
+        "spans_failed": failed,
+        "export_requests": requests,
+        "export_bytes": bytes,
+        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+    });
+    emit(
+        args,
+        &otlp::table(&flows, &setup),
+        otlp::json(&flows, setup_json),
     );
     Ok(())
 }

@@ -65,6 +65,14 @@ pub async fn run(
         instance_id = %gw.instance_id,
         "mrtr-gateway listening"
     );
+    if let Some(otlp) = &cfg.tracing.otlp {
+        tracing::info!(
+            endpoint = %otlp.endpoint,
+            service_name = %otlp.service_name,
+            sample_ratio = otlp.sample_ratio,
+            "exporting traces over OTLP/HTTP"
+        );
+    }
     if gw.single_use().per_replica() {
         mrtr_gateway::single_use::warn_per_replica();
     }

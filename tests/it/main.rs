@@ -30,6 +30,7 @@ mod readiness;
 mod replicas;
 mod rounds;
 mod single_use_redis;
+mod traces;
 mod transports;
 mod trust;
 mod trust_paths;

@@ -39,9 +39,9 @@ async fn route(gw: &Gateway, req: Request<hyper::body::Incoming>) -> Response<Bo
     }
     match req.uri().path() {
         "/metrics" => {
-            gw.metrics
-                .process()
-                .sync_jwks(&gw.auth().counters().snapshot());
+            let process = gw.metrics.process();
+            process.sync_jwks(&gw.auth().counters().snapshot());
+            process.sync_traces(&crate::telemetry::otlp_export::counters());
             let mut r = Response::new(respond::full(gw.metrics.render()));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,

@@ -39,6 +39,8 @@ pub const METRICS: &[&str] = &[
     "accept_errors_total",
     "roots_refreshes_total",
     "state_only_rounds_total",
+    "trace_spans_total",
+    "trace_queued_spans",
 ];
 
 /// The histograms, whose series also appear as `_bucket`, `_sum` and `_count`.

@@ -31,6 +31,7 @@ mod replica;
 mod state;
 mod subscriptions;
 mod tls;
+mod traces;
 mod upstream;
 
 use std::path::Path;
@@ -56,6 +57,7 @@ pub use replica::ReplicaConfig;
 pub use state::{StateConfig, decode_secret, load_keys_dir};
 pub use subscriptions::SubscriptionsConfig;
 pub use tls::{ClientAuth, TlsConfig};
+pub use traces::TracingConfig;
 pub use upstream::{LEGACY_VERSIONS, StdioConfig, UpstreamConfig, UpstreamTransport};
 
 /// The secret printed in `config/gateway.toml`; public, so never fit for production.
@@ -87,6 +89,8 @@ pub struct Config {
     pub legacy_clients: LegacyClientsConfig,
     /// How every pool callers share is divided (`[quotas]`; the pools carry the result).
     pub quotas: crate::fair_share::Fractions,
+    /// OpenTelemetry trace export (`[tracing]`); read once at start.
+    pub tracing: TracingConfig,
 }
 
 impl Config {
@@ -180,9 +184,11 @@ impl Config {
         let policy = crate::policy::PolicyConfig::from_raw(&raw.policy)?;
         let legacy_clients = legacy_clients::legacy_clients_config(&raw.legacy_clients, quotas)?;
         let long_calls = long_calls::long_calls_config(&raw.long_calls)?;
+        let tracing = traces::tracing_config(&raw.tracing)?;
         Ok(Config {
             long_calls,
             quotas,
+            tracing,
             legacy_clients,
             policy,
             pool,

@@ -50,6 +50,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub long_calls: RawLongCalls,
     #[serde(default)]
+    pub tracing: RawTracing,
+    #[serde(default)]
     pub quotas: RawQuotas,
 }
 
@@ -468,6 +470,33 @@ impl Default for RawLegacyClients {
             enabled: true,
             max_get_streams: 256,
             max_get_streams_per_principal: None,
+        }
+    }
+}
+
+/// `[tracing]`: OpenTelemetry trace export over OTLP/HTTP (off while `otlp_endpoint` is empty).
+#[derive(Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTracing {
+    pub otlp_endpoint: String,
+    pub service_name: String,
+    pub sample_ratio: f64,
+    pub export_timeout: String,
+    pub export_interval: String,
+    pub max_queue_spans: u64,
+    pub max_batch_spans: u64,
+}
+
+impl Default for RawTracing {
+    fn default() -> Self {
+        RawTracing {
+            otlp_endpoint: String::new(),
+            service_name: "mrtr-gateway".into(),
+            sample_ratio: 1.0,
+            export_timeout: "10s".into(),
+            export_interval: "5s".into(),
+            max_queue_spans: 2048,
+            max_batch_spans: 512,
         }
     }
 }

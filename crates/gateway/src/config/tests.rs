@@ -520,3 +520,64 @@ fn quotas_divide_every_pool_and_a_share_that_never_binds_is_reported() {
         Some("MRTR_GATEWAY__QUOTAS__CALLER_SHARE")
     );
 }
+
+#[test]
+fn trace_export_is_off_by_default_and_its_keys_are_checked() {
+    let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+    assert_eq!(c.tracing.otlp, None);
+    let on = Config::from_toml_str(
+        &format!(
+            "{}[tracing]\notlp_endpoint = \"http://collector:4318/v1/traces\"\n",
+            minimal()
+        ),
+        &[],
+        None,
+    )
+    .unwrap();
+    let otlp = on.tracing.otlp.expect("export on");
+    assert_eq!(otlp.endpoint.as_str(), "http://collector:4318/v1/traces");
+    assert_eq!(otlp.service_name, "mrtr-gateway");
+    assert_eq!(otlp.sample_ratio, 1.0);
+    assert_eq!(otlp.export_timeout, Duration::from_secs(10));
+    assert_eq!((otlp.max_queue_spans, otlp.max_batch_spans), (2048, 512));
+    for (value, says) in [
+        ("not a url", "not a URL"),
+        ("ftp://collector/v1/traces", "http or https"),
+        ("http://collector:4318", "full traces path"),
+        ("http://collector:4318/", "full traces path"),
+        ("https://user:secret@collector/v1/traces", "credentials"),
+    ] {
+        let e = err_of(&format!(
+            "{}[tracing]\notlp_endpoint = \"{value}\"\n",
+            minimal()
+        ));
+        assert_eq!(e.key, "tracing.otlp_endpoint", "{value}");
+        assert!(e.message.contains(says), "{value}: {}", e.message);
+    }
+    for (text, key) in [
+        ("sample_ratio = 1.5", "tracing.sample_ratio"),
+        ("export_timeout = \"0s\"", "tracing.export_timeout"),
+        ("export_interval = \"2h\"", "tracing.export_interval"),
+        ("max_queue_spans = 0", "tracing.max_queue_spans"),
+        ("max_batch_spans = 4096", "tracing.max_batch_spans"),
+        ("service_name = \"\"", "tracing.service_name"),
+        ("bogus = 1", "tracing.bogus"),
+    ] {
+        assert_eq!(
+            err_of(&format!("{}[tracing]\n{text}\n", minimal())).key,
+            key,
+            "{text}"
+        );
+    }
+    // From the environment, named by its variable.
+    let vars = [(
+        "MRTR_GATEWAY__TRACING__OTLP_ENDPOINT".to_string(),
+        "collector:4318".to_string(),
+    )];
+    let e = Config::from_toml_str(&minimal(), &vars, None).unwrap_err();
+    assert_eq!(e.key, "tracing.otlp_endpoint");
+    assert_eq!(
+        e.env_var.as_deref(),
+        Some("MRTR_GATEWAY__TRACING__OTLP_ENDPOINT")
+    );
+}

@@ -24,12 +24,14 @@ use crate::error::{Rejection, RejectionKind};
 use crate::legacy::session::SESSION_HEADER;
 use crate::metrics::{Outcome, method_label};
 use crate::mrtr::engine::{self, Call};
+use crate::telemetry::spans;
 use mrtr_wire::capabilities::Declared;
 use mrtr_wire::protocol::methods::{Route, route};
 
 /// Counts the outcome and writes the one access-log line of the request (inside its span,
 /// which carries the request id, the instance id and, for a call, the tool or prompt name or
-/// resource URI as `call_target`). Never logs payloads, states or answers.
+/// resource URI as `call_target`, the round, the path and whether the call was parked), and
+/// ends the exported server span the same way. Never logs payloads, states or answers.
 fn record(front: &Front, method: &str, outcome: &Result<Value, Rejection>) {
     record_timed(front, method, outcome, None);
 }
@@ -56,6 +58,12 @@ fn record_timed(
     match outcome {
         Err(rej) => {
             let row = error_map::row(rej.kind());
+            spans::end_server(
+                &tracing::Span::current(),
+                row.status.as_u16(),
+                kind,
+                Some((rej.reason(), row.code)),
+            );
             tracing::info!(
                 method = method_label(method),
                 outcome = kind,
@@ -67,12 +75,15 @@ fn record_timed(
                 "request done"
             )
         }
-        Ok(_) => tracing::info!(
-            method = method_label(method),
-            outcome = kind,
-            duration_ms,
-            "request done"
-        ),
+        Ok(_) => {
+            spans::end_server(&tracing::Span::current(), 200, kind, None);
+            tracing::info!(
+                method = method_label(method),
+                outcome = kind,
+                duration_ms,
+                "request done"
+            )
+        }
     }
     front.metrics.answered(method, answered);
 }
@@ -112,6 +123,8 @@ pub async fn handle(
 ) -> Response<Body> {
     let cfg = front.config();
     let request_id = crate::request_id::RequestId::new();
+    // The fields the access line carries; `round`, `path` and `parked` are the engine's to
+    // record, the `otel.*` ones the exporter's (see telemetry::spans).
     let span = tracing::info_span!(
         "request",
         request_id = %request_id,
@@ -119,7 +132,11 @@ pub async fn handle(
         call_target = tracing::field::Empty,
         round = tracing::field::Empty,
         path = tracing::field::Empty,
+        parked = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        otel.name = tracing::field::Empty,
     );
+    spans::begin_server(&span, req.headers());
     request_id
         .scope(handle_inner(front, req, conn, &cfg, span.clone()).instrument(span))
         .await
@@ -309,6 +326,13 @@ async fn serve(front: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<
             return refuse(&front, "other", id.as_ref(), rej);
         }
     };
+    spans::name_server(
+        &span,
+        &parts.headers,
+        method_label(&env.method),
+        &env.id,
+        env.params.as_ref(),
+    );
     // Hook (dual-era front): a legacy `initialize` selects legacy semantics; it skips the
     // modern header ladder and opens a passed-through legacy session. One sent as a
     // 2026-07-28 request (the version in the header or in `_meta`) asks for a method that
@@ -448,6 +472,7 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
     };
     if let Some(target) = call.target() {
         span.record("call_target", target);
+        spans::call_target(&span, &call.method, target);
     }
     let runtime = front.engine.clone();
     let method = env.method;

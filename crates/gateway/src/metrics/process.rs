@@ -5,12 +5,15 @@ use prometheus::{IntCounterVec, IntGauge};
 
 use super::Registrar;
 use crate::auth::JwksCountersSnapshot;
+use crate::telemetry::TraceCounters;
 
 pub struct ProcessMetrics {
     config_reloads: IntCounterVec,
     draining: IntGauge,
     key_ring_keys: IntGauge,
     jwks_fetches: IntCounterVec,
+    trace_spans: IntCounterVec,
+    trace_queued_spans: IntGauge,
 }
 
 impl ProcessMetrics {
@@ -51,6 +54,24 @@ impl ProcessMetrics {
         }
     }
 
+    /// Brings the trace exporter's counters into the registry (the exporter belongs to the
+    /// process and outlives reloads; it keeps plain atomics, advanced to here on scrape).
+    pub fn sync_traces(&self, snap: &TraceCounters) {
+        for (result, value) in [
+            ("exported", snap.exported),
+            ("dropped", snap.dropped),
+            ("failed", snap.failed),
+        ] {
+            let c = self.trace_spans.with_label_values(&[result]);
+            let have = c.get();
+            if value > have {
+                c.inc_by(value - have);
+            }
+        }
+        self.trace_queued_spans
+            .set(i64::try_from(snap.queued).unwrap_or(i64::MAX));
+    }
+
     pub(super) fn register(r: &Registrar) -> Self {
         let config_reloads = r.counter_vec(
             "config_reloads_total",
@@ -67,11 +88,25 @@ impl ProcessMetrics {
             "JWKS URL fetches, by outcome (ok, timeout, too_large, bad_status, transport, invalid) and unknown-kid lookups held back by the refresh rate limit (rate_limited).",
             &["outcome"],
         );
+        let trace_spans = r.counter_vec(
+            "trace_spans_total",
+            "Spans handed to trace export ([tracing]), by result: exported (the collector took them), dropped (tracing.max_queue_spans were already waiting), failed (the collector did not take their batch).",
+            &["result"],
+        );
+        for result in ["exported", "dropped", "failed"] {
+            trace_spans.with_label_values(&[result]);
+        }
+        let trace_queued_spans = r.gauge(
+            "trace_queued_spans",
+            "Spans waiting for export now (at most tracing.max_queue_spans).",
+        );
         ProcessMetrics {
             config_reloads,
             draining,
             key_ring_keys,
             jwks_fetches,
+            trace_spans,
+            trace_queued_spans,
         }
     }
 }

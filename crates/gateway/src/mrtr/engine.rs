@@ -37,9 +37,10 @@ use super::run::{Captured, Mode, Question, Run, Start};
 use super::url_required;
 use crate::config::{CacheHint, ParkPolicy};
 use crate::error::{Rejection, RejectionKind};
-use crate::metrics::Retry;
+use crate::metrics::{Retry, method_label};
 use crate::single_use::Policy as SingleUsePolicy;
 use crate::state::{StateError, StatePayload};
+use crate::telemetry::spans;
 use crate::translate;
 use mrtr_wire::capabilities::Declared;
 use mrtr_wire::protocol::methods::{Route, route};
@@ -123,7 +124,7 @@ pub async fn serve_mrtr(
             .get("requestState")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        Path::Following.record(p.rnd + 1);
+        spans::record_round(p.rnd + 1, "following");
         return long_call::follow(engine, call, p, token, sink, cancel).await;
     }
     let responses = input_responses(&call.params)?;
@@ -196,41 +197,21 @@ pub(super) async fn execute_and_settle(
     owed: Owed,
 ) -> Result<Value, Rejection> {
     let mut may_have_run = false;
+    // The legacy call's client span, under the request's server span.
+    let legacy = spans::legacy_call(
+        method_label(&s.call.method),
+        s.call.target(),
+        s.engine.config().upstream.transport.as_str(),
+    );
     let outcome = execute(s, presented, &mut may_have_run).await;
+    spans::end_legacy(&legacy, outcome.as_ref().err());
+    drop(legacy);
     if let Some(guard) = owed.claim {
         guard
             .settle(&outcome, owed.render, may_have_run, client.is_cancelled())
             .await;
     }
     outcome
-}
-
-/// How a request's call was served, for its access line (the request span's `round` and
-/// `path` fields; the front declares them, the engine alone knows them).
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Path {
-    /// A first round: the call started here.
-    Fresh,
-    /// A retry that took its call back from this replica's parking lot.
-    Resumed,
-    /// A retry that ran the call again, answering from its state.
-    Replayed,
-    /// A retry with a state-only round's state, waiting for a call that runs already.
-    Following,
-}
-
-impl Path {
-    pub(super) fn record(self, round: u32) {
-        let label = match self {
-            Path::Fresh => "fresh",
-            Path::Resumed => "resumed",
-            Path::Replayed => "replayed",
-            Path::Following => "following",
-        };
-        let span = tracing::Span::current();
-        span.record("round", round);
-        span.record("path", label);
-    }
 }
 
 /// What the presented request brought besides its params: the state it carried (opened and
@@ -284,18 +265,19 @@ async fn execute(
     let policy = cfg.parking.policy_for(&call.method, call.target());
 
     let (resumed, minter) = take_parked(s, presented.prior.as_ref(), policy).await?;
+    let round = presented.prior.as_ref().map_or(0, |p| p.rnd) + 1;
     let path = match (&resumed, &presented.prior) {
-        (Some(_), _) => Path::Resumed,
-        (None, Some(_)) => Path::Replayed,
-        (None, None) => Path::Fresh,
+        (Some(_), _) => "resumed",
+        (None, Some(_)) => "replayed",
+        (None, None) => "fresh",
     };
-    path.record(presented.prior.as_ref().map_or(0, |p| p.rnd) + 1);
+    spans::record_round(round, path);
     let mut mode = Mode::Mrtr {
         book: &mut presented.book,
         declared: &declared,
         minter,
         prior_shapes: prior_shapes(presented.prior.as_ref()),
-        round: presented.prior.as_ref().map_or(0, |p| p.rnd) + 1,
+        round,
     };
     let begun = match resumed {
         Some(running) => running,
@@ -381,6 +363,7 @@ async fn execute(
     }
     let asked = asked(&open.questions);
     let parked = park_or_cancel(s, run, open, minter, policy).await?;
+    spans::record_parked(parked.is_some());
     seal_round(s, &presented, Round { asked, parked }, &server_info).await
 }
 
@@ -567,7 +550,27 @@ pub async fn serve_forward(
     // it shows a legacy client declaring the same (servers register tools per capability);
     // any server request during a list is still refused (Forward mode).
     let declared = Declared::from_modern(&call.meta.client_capabilities);
-    let mut run = match Run::start(engine, call, &declared, &mut Mode::Forward).await {
+    let legacy = spans::legacy_call(
+        method_label(&call.method),
+        None,
+        cfg.upstream.transport.as_str(),
+    );
+    let outcome = forward(engine, call, &declared, sink, cancel, started).await;
+    spans::end_legacy(&legacy, outcome.as_ref().err());
+    outcome
+}
+
+/// [`serve_forward`]'s exchange with the legacy server.
+async fn forward(
+    engine: &Engine,
+    call: &Call,
+    declared: &Declared,
+    sink: &Sink,
+    cancel: &CancellationToken,
+    started: Instant,
+) -> Result<Value, Rejection> {
+    let cfg = engine.config();
+    let mut run = match Run::start(engine, call, declared, &mut Mode::Forward).await {
         Ok(Start::Sent(run)) => *run,
         Ok(Start::Asked { .. }) => unreachable!("forward mode refreshes no roots"),
         Err(e) => return Err(e.rejection),

@@ -1,0 +1,100 @@
+//! Logging setup: JSON (default) or text lines through `tracing`, level from the config; and,
+//! when `[tracing] otlp_endpoint` is set, OpenTelemetry trace export ([`otlp_export`]) of the
+//! spans [`spans`] marks for it.
+//!
+//! Lines are written off the request path: a request formats its line and hands it to a
+//! channel; one background thread writes the channel to stderr. Nothing waits on stderr or on
+//! a lock around it unless the channel is full (then the writer blocks rather than drop a
+//! line: an access log with holes is worse than a slow one). The writer flushes what is left
+//! when [`Logging`] is dropped, at the end of `main`.
+//!
+//! The two outputs have filters of their own: `log.level` (and `RUST_LOG`) decides which lines
+//! are written, never which spans are exported, and the exporter sees only the spans that
+//! declare an `otel.kind` (the request span and its legacy call), never an event — so no log
+//! line, with whatever it carries, becomes part of a trace.
+
+mod otlp_client;
+pub mod otlp_export;
+pub mod spans;
+
+use std::io::IsTerminal;
+
+use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry, reload};
+
+pub use otlp_export::{OtlpExportConfig, TraceCounters, TraceExport};
+
+/// How log lines are written (`log.format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// Changes the log filter at run time (config reload).
+pub type LevelHandle = reload::Handle<EnvFilter, tracing_subscriber::Registry>;
+
+/// Lines the writer holds before a logging request waits for it.
+const BUFFERED_LINES: usize = 64 * 1024;
+
+/// The installed logger: the level handle (`None` when a logger was already installed), the
+/// background writer, which flushes when this is dropped, and the trace exporter, if any.
+pub struct Logging {
+    pub level: Option<LevelHandle>,
+    traces: Option<TraceExport>,
+    _writer: WorkerGuard,
+}
+
+impl Logging {
+    /// Sends the spans still queued and stops the exporter, waiting at most the export
+    /// timeout (a no-op without export). Call it once requests are done, before the runtime
+    /// the exporter sends on is dropped.
+    pub fn flush_traces(&mut self) {
+        if let Some(traces) = self.traces.take() {
+            traces.shutdown();
+        }
+    }
+}
+
+type BoxedLayer = Box<dyn Layer<Registry> + Send + Sync>;
+
+/// Installs the global subscriber. `RUST_LOG`, when set, overrides `level`. With `traces`,
+/// the spans marked for export go to it as well.
+pub fn init(level: &str, format: LogFormat, traces: Option<TraceExport>) -> Logging {
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| EnvFilter::new(level));
+    let (filter, handle) = reload::Layer::new(filter);
+    let (writer, guard) = NonBlockingBuilder::default()
+        .lossy(false)
+        .buffered_lines_limit(BUFFERED_LINES)
+        .thread_name("mrtr-log-writer")
+        .finish(std::io::stderr());
+    let lines: BoxedLayer = match format {
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_writer(writer)
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            // Colour codes only for a person at a terminal, never in a collected log.
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(writer)
+            .with_filter(filter)
+            .boxed(),
+    };
+    let mut layers = vec![lines];
+    if let Some(t) = &traces {
+        layers.push(t.layer());
+    }
+    let installed = tracing_subscriber::registry().with(layers).try_init();
+    Logging {
+        level: installed.ok().map(|_| handle),
+        traces,
+        _writer: guard,
+    }
+}
