@@ -187,8 +187,10 @@ async fn compare_run(
             compare::Caller::connect(&legacy.url(), &hop.url, &gw.url).await?,
         ));
     }
-    let opened_before = gw.metric("legacy_sessions_opened_total", &[]).await?;
-    let discards_before = gw.metric("pool_discards_total", &[]).await?;
+    let opened_before = gw
+        .metric("mrtr_gateway_legacy_sessions_opened_total", &[])
+        .await?;
+    let discards_before = gw.metric("mrtr_gateway_pool_discards_total", &[]).await?;
     let cpu = |path: compare::Path| match path {
         compare::Path::Direct => (0.0, 0.0),
         compare::Path::Nginx => hop.cpu_seconds(),
@@ -205,8 +207,11 @@ async fn compare_run(
     hop.stop().await;
     // How many legacy sessions the gateway opened per call it served (warm-up included): a
     // pool that keeps up with the concurrency opens about none.
-    let opened = gw.metric("legacy_sessions_opened_total", &[]).await? - opened_before;
-    let discarded = gw.metric("pool_discards_total", &[]).await? - discards_before;
+    let opened = gw
+        .metric("mrtr_gateway_legacy_sessions_opened_total", &[])
+        .await?
+        - opened_before;
+    let discarded = gw.metric("mrtr_gateway_pool_discards_total", &[]).await? - discards_before;
     let served: u64 = comparison.flows.iter().map(|f| f.gateway.calls).sum();
 
     let setup = format!(
