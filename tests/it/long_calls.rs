@@ -48,6 +48,28 @@ fn slow_handlers() -> Handlers {
         )
 }
 
+/// The in-repo legacy server with [`slow_handlers`] behind a gateway with [`ROUND_AFTER`].
+async fn slow_env() -> Env {
+    env_with(
+        LegacyServerConfig::default(),
+        slow_handlers(),
+        "",
+        ROUND_AFTER,
+    )
+    .await
+}
+
+/// Calls `slow` for `ms` through `client`; its first answer, which must be a state-only round.
+async fn slow_first_round(client: &ModernClient, args: &Value) -> Value {
+    let first = client
+        .request("tools/call", json!({"name": "slow", "arguments": args}))
+        .await
+        .unwrap();
+    let first = first.result().unwrap().clone();
+    assert!(is_state_only(&first), "{first}");
+    first
+}
+
 fn is_state_only(result: &Value) -> bool {
     result["resultType"] == "input_required"
         && result.get("inputRequests").is_none()
@@ -87,13 +109,7 @@ async fn collect(client: &ModernClient, tool: &str, args: &Value, first: &Value)
 
 #[tokio::test]
 async fn a_call_past_round_after_ends_its_request_and_completes_through_retries_once() {
-    let env = env_with(
-        LegacyServerConfig::default(),
-        slow_handlers(),
-        "",
-        ROUND_AFTER,
-    )
-    .await;
+    let env = slow_env().await;
     let client = env.client();
     let args = json!({"ms": 1500});
 
@@ -134,13 +150,7 @@ async fn a_call_past_round_after_ends_its_request_and_completes_through_retries_
 
 #[tokio::test]
 async fn a_call_that_ends_before_round_after_is_answered_in_its_request() {
-    let env = env_with(
-        LegacyServerConfig::default(),
-        slow_handlers(),
-        "",
-        ROUND_AFTER,
-    )
-    .await;
+    let env = slow_env().await;
     let ex = env
         .client()
         .request(
@@ -156,13 +166,7 @@ async fn a_call_that_ends_before_round_after_is_answered_in_its_request() {
 
 #[tokio::test]
 async fn a_question_after_a_state_only_round_is_a_normal_round_and_the_body_runs_once() {
-    let env = env_with(
-        LegacyServerConfig::default(),
-        slow_handlers(),
-        "",
-        ROUND_AFTER,
-    )
-    .await;
+    let env = slow_env().await;
     let client = env.client();
     let (rounds, ex) = client
         .call_with_input(
@@ -187,21 +191,10 @@ async fn a_question_after_a_state_only_round_is_a_normal_round_and_the_body_runs
 
 #[tokio::test]
 async fn a_client_that_comes_back_late_finds_the_outcome_kept() {
-    let env = env_with(
-        LegacyServerConfig::default(),
-        slow_handlers(),
-        "",
-        ROUND_AFTER,
-    )
-    .await;
+    let env = slow_env().await;
     let client = env.client();
     let args = json!({"ms": 600});
-    let first = client
-        .request("tools/call", json!({"name": "slow", "arguments": args}))
-        .await
-        .unwrap();
-    let first = first.result().unwrap().clone();
-    assert!(is_state_only(&first), "{first}");
+    let first = slow_first_round(&client, &args).await;
     // Gone for longer than the call runs.
     assert!(
         eventually(Duration::from_secs(5), || env
@@ -252,22 +245,10 @@ async fn a_caller_past_its_share_of_detached_calls_keeps_its_request() {
 
 #[tokio::test]
 async fn a_state_only_state_is_bound_to_its_call() {
-    let env = env_with(
-        LegacyServerConfig::default(),
-        slow_handlers(),
-        "",
-        ROUND_AFTER,
-    )
-    .await;
+    let env = slow_env().await;
     let client = env.client();
-    let first = client
-        .request(
-            "tools/call",
-            json!({"name": "slow", "arguments": {"ms": 600}}),
-        )
-        .await
-        .unwrap();
-    let state = first.result().unwrap()["requestState"].clone();
+    let first = slow_first_round(&client, &json!({"ms": 600})).await;
+    let state = first["requestState"].clone();
     // Other arguments: another origin, refused before anything runs.
     let other = client
         .request(
@@ -334,12 +315,7 @@ async fn a_retry_on_another_replica_collects_the_outcome_through_redis() {
         replicas.push((gw, running, url));
     }
     let args = json!({"ms": 1200});
-    let first = ModernClient::new(&replicas[0].2)
-        .request("tools/call", json!({"name": "slow", "arguments": args}))
-        .await
-        .unwrap();
-    let first = first.result().unwrap().clone();
-    assert!(is_state_only(&first), "{first}");
+    let first = slow_first_round(&ModernClient::new(&replicas[0].2), &args).await;
 
     let (rounds, last) = collect(&ModernClient::new(&replicas[1].2), "slow", &args, &first).await;
     assert_eq!(text(&last), "slept 1200");
@@ -409,24 +385,13 @@ async fn a_tool_longer_than_the_proxy_timeout_completes_through_state_only_round
 /// not told "still running" until the run lease ends.
 #[tokio::test]
 async fn a_drain_keeps_a_detached_calls_outcome_or_records_it_lost_at_its_deadline() {
-    let env = env_with(
-        LegacyServerConfig::default(),
-        slow_handlers(),
-        "",
-        ROUND_AFTER,
-    )
-    .await;
+    let env = slow_env().await;
     let client = env.client();
     let start = |ms: u64| {
         let client = ModernClient::new(&env.url);
         async move {
             let args = json!({"ms": ms});
-            let first = client
-                .request("tools/call", json!({"name": "slow", "arguments": args}))
-                .await
-                .unwrap();
-            let first = first.result().unwrap().clone();
-            assert!(is_state_only(&first), "{first}");
+            let first = slow_first_round(&client, &args).await;
             (args, first)
         }
     };
@@ -477,22 +442,9 @@ async fn a_drain_keeps_a_detached_calls_outcome_or_records_it_lost_at_its_deadli
 /// Runs on the test's single thread, so the thread-local subscriber sees every task.
 #[tokio::test(flavor = "current_thread")]
 async fn the_access_line_names_the_round_and_the_path() {
-    let logs = crate::support::logs::LogBuffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = crate::support::logs::on_this_thread();
 
-    let env = env_with(
-        LegacyServerConfig::default(),
-        slow_handlers(),
-        "",
-        ROUND_AFTER,
-    )
-    .await;
+    let env = slow_env().await;
     let (_, ex) = env
         .client()
         .call_with_input(

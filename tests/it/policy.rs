@@ -11,7 +11,6 @@
 
 use std::sync::Arc;
 
-use crate::support::logs::LogBuffer;
 use crate::support::peers::PyLegacyServer;
 use crate::support::*;
 use mrtr_gateway::front::listener::Running;
@@ -589,14 +588,7 @@ async fn a_refused_question_behaves_the_same_in_a_parked_and_a_replayed_call() {
 /// Runs on the test's single thread, so the thread-local subscriber sees every task.
 #[tokio::test(flavor = "current_thread")]
 async fn a_refusal_is_logged_with_request_id_tool_kind_reason_and_only_scheme_and_host() {
-    let logs = LogBuffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = crate::support::logs::on_this_thread();
 
     let s = start("").await;
     let ex = s

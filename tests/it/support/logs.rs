@@ -32,6 +32,19 @@ impl Write for LogBuffer {
     }
 }
 
+/// Plain-text log lines at INFO and above, for the calling thread only, until the guard is
+/// dropped (a `current_thread` test sees every task of its runtime this way).
+pub fn on_this_thread() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    (logs, tracing::subscriber::set_default(subscriber))
+}
+
 static BUFFER: OnceLock<LogBuffer> = OnceLock::new();
 
 /// Starts capturing (idempotent). Lines at WARN and above are kept.
