@@ -1058,3 +1058,55 @@ fn a_busy_listen_port_is_named_in_the_error() {
         "{err}"
     );
 }
+
+/// Every metric family `docs/metrics.md` documents is in `/metrics` from the start, before
+/// anything happened: a dashboard or an alert on a family that appeared only after its first
+/// event would read "no data" instead of 0.
+#[tokio::test]
+async fn every_documented_metric_family_is_present_from_start() {
+    // Families whose label values are open sets (a rejection or refusal reason, a legacy
+    // failure reason, a state key id): no series can stand for them before their first event.
+    // The list may only shrink.
+    const OPEN_LABELS: &[&str] = &[
+        "mrtr_gateway_rejections_total",
+        "mrtr_gateway_policy_refusals_total",
+        "mrtr_gateway_legacy_sessions_failed_total",
+        "mrtr_gateway_state_seals_total",
+    ];
+    let doc = std::fs::read_to_string(crate::support::peers::repo().join("docs/metrics.md"))
+        .expect("docs/metrics.md");
+    // Rows of the metric tables: | `name` | counter, gauge or histogram | …
+    let documented: Vec<String> = doc
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            let kind = *cells.get(2)?;
+            (matches!(kind, "counter" | "gauge" | "histogram") && !name.contains('*'))
+                .then(|| format!("mrtr_gateway_{name}"))
+        })
+        .collect();
+    assert!(
+        documented.len() > 40,
+        "the tables were read: {documented:?}"
+    );
+    let env = env(greet_handlers()).await;
+    let text = env.gw.metrics.render();
+    env.stop().await;
+    let present = |name: &str| {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .any(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ', '_']))
+    };
+    let missing: Vec<&String> = documented
+        .iter()
+        .filter(|n| !present(n) && !OPEN_LABELS.contains(&n.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "absent at start: {missing:#?}");
+    for open in OPEN_LABELS {
+        assert!(
+            !present(open),
+            "{open} is present from start now: take it off OPEN_LABELS"
+        );
+    }
+}

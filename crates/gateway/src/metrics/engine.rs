@@ -187,25 +187,29 @@ impl EngineMetrics {
     }
 
     pub(super) fn register(r: &Registrar, policy: PolicyMetrics) -> Self {
-        let input_required = r.counter_vec(
+        let input_required = r.counter_vec_from_start(
             "input_required_total",
             "input_required results returned, by method.",
             &["method"],
+            &[super::MRTR_METHODS],
         );
-        let retries = r.counter_vec(
+        let retries = r.counter_vec_from_start(
             "retries_total",
             "Retries carrying a requestState, by how they were served (replayed, parked).",
             &["path"],
+            &[&["parked", "replayed"]],
         );
-        let max_rounds_exceeded = r.counter_vec(
+        let max_rounds_exceeded = r.counter_vec_from_start(
             "max_rounds_exceeded_total",
             "Calls ended because the legacy server kept asking past state.max_rounds, by method.",
             &["method"],
+            &[super::MRTR_METHODS],
         );
-        let volatile_questions = r.counter_vec(
+        let volatile_questions = r.counter_vec_from_start(
             "volatile_questions_total",
             "Replays where a question differed from the previous round's only in volatile content.",
             &["method"],
+            &[super::MRTR_METHODS],
         );
         let upstream_duration = r.register(
             HistogramVec::new(
@@ -221,15 +225,20 @@ impl EngineMetrics {
             )
             .expect("valid metric"),
         );
-        let roots_refreshes = r.counter_vec(
+        for method in super::KNOWN_METHODS {
+            upstream_duration.with_label_values(&[method]);
+        }
+        let roots_refreshes = r.counter_vec_from_start(
             "roots_refreshes_total",
             "Pooled sessions reused for a request declaring roots after the server had asked an earlier client's roots: notifications/roots/list_changed sent, then the server re-asked within pool.roots_refresh_wait (reasked), did not (timeout), or was not waited for because this upstream was learned to ignore the notification (not_waited).",
             &["outcome"],
+            &[&["reasked", "timeout", "not_waited"]],
         );
-        let rounds_closed = r.counter_vec(
+        let rounds_closed = r.counter_vec_from_start(
             "rounds_closed_total",
             "Rounds of questions closed, by what closed them: everything the same round asked last time had come (learned), mrtr.gather_quiet (quiet) or mrtr.gather_window (window).",
             &["by"],
+            &[&["learned", "quiet", "window"]],
         );
         let learned_rounds = r.gauge(
             "learned_rounds",
@@ -240,10 +249,11 @@ impl EngineMetrics {
             "requestState tokens sealed, by key id.",
             &["key_id"],
         );
-        let state_opens = r.counter_vec(
+        let state_opens = r.counter_vec_from_start(
             "state_opens_total",
             "requestState tokens presented, by result (ok, or the rejection reason).",
             &["result"],
+            &[&["ok"]],
         );
         let state_bytes = r.register(
             Histogram::with_opts(

@@ -88,10 +88,14 @@ impl FrontMetrics {
     }
 
     pub(super) fn register(r: &Registrar) -> Self {
-        let requests = r.counter_vec(
+        let requests = r.counter_vec_from_start(
             "requests_total",
             "Modern requests answered, by method and outcome (complete, input_required, error).",
             &["method", "outcome"],
+            &[
+                super::KNOWN_METHODS,
+                &["complete", "input_required", "error"],
+            ],
         );
         let rejections = r.counter_vec(
             "rejections_total",
@@ -107,10 +111,11 @@ impl FrontMetrics {
             "requests_reading_body",
             "Requests whose body is still arriving (bounded by listen.body_read_timeout; no request slot yet).",
         );
-        let accept_errors = r.counter_vec(
+        let accept_errors = r.counter_vec_from_start(
             "accept_errors_total",
             "Accept errors other than a connection lost before it was accepted (e.g. out of descriptors), by listener (mcp, admin).",
             &["listener"],
+            &[&["mcp", "admin"]],
         );
         let listen_streams = r.gauge(
             "listen_streams",

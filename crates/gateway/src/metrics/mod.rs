@@ -48,22 +48,24 @@ pub struct Metrics {
     limits: LimitHits,
 }
 
+/// The `method` label values other than `other`.
+pub(super) const KNOWN_METHODS: &[&str] = &[
+    "server/discover",
+    "tools/call",
+    "tools/list",
+    "prompts/get",
+    "prompts/list",
+    "resources/read",
+    "resources/list",
+    "resources/templates/list",
+    "completion/complete",
+    "subscriptions/listen",
+    "initialize",
+];
+
 /// Bounds a method label to the names the gateway knows.
 pub fn method_label(method: &str) -> &'static str {
-    const KNOWN: &[&str] = &[
-        "server/discover",
-        "tools/call",
-        "tools/list",
-        "prompts/get",
-        "prompts/list",
-        "resources/read",
-        "resources/list",
-        "resources/templates/list",
-        "completion/complete",
-        "subscriptions/listen",
-        "initialize",
-    ];
-    KNOWN
+    KNOWN_METHODS
         .iter()
         .find(|m| **m == method)
         .copied()
@@ -80,10 +82,12 @@ impl Metrics {
         let r = Registrar(&registry);
         let policy = PolicyMetrics::register(&registry).expect("unique policy metrics");
         let single_use = SingleUseMetrics::register(&registry).expect("unique single-use metrics");
-        let limits = LimitHits::new(r.counter_vec(
+        let limit_labels: Vec<&str> = Limit::ALL.iter().map(|l| l.label()).collect();
+        let limits = LimitHits::new(r.counter_vec_from_start(
             "limit_hits_total",
             "Configured limits that were hit, by limit name.",
             &["limit"],
+            &[&limit_labels],
         ));
         Metrics {
             front: Arc::new(FrontMetrics::register(&r)),
@@ -165,6 +169,24 @@ impl Drop for Held {
     }
 }
 
+/// Every way to pick one value from each list of `values`, in order.
+fn combinations<'a>(values: &[&[&'a str]]) -> Vec<Vec<&'a str>> {
+    values.iter().fold(vec![Vec::new()], |acc, choices| {
+        acc.iter()
+            .flat_map(|prefix| {
+                choices.iter().map(move |c| {
+                    let mut next = prefix.clone();
+                    next.push(*c);
+                    next
+                })
+            })
+            .collect()
+    })
+}
+
+/// The methods that run a legacy call able to ask the client something.
+pub(super) const MRTR_METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
+
 /// Registers each metric in the gateway's registry as it is created.
 struct Registrar<'a>(&'a Registry);
 
@@ -178,6 +200,23 @@ impl Registrar<'_> {
 
     fn counter_vec(&self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
         self.register(IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"))
+    }
+
+    /// [`Registrar::counter_vec`] with a series at 0 for every combination of `values` (one
+    /// list of label values per label, in order), so that the family is in `/metrics` from
+    /// the start: a dashboard or an alert on it reads 0 until its first event, not "no data".
+    fn counter_vec_from_start(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+        values: &[&[&str]],
+    ) -> IntCounterVec {
+        let vec = self.counter_vec(name, help, labels);
+        for combination in combinations(values) {
+            vec.with_label_values(&combination);
+        }
+        vec
     }
 
     fn gauge(&self, name: &str, help: &str) -> IntGauge {

@@ -27,10 +27,11 @@ impl ParkingMetrics {
             "parked_calls",
             "Legacy calls parked now, waiting for their retry.",
         );
-        let evictions = r.counter_vec(
+        let evictions = r.counter_vec_from_start(
             "parked_evictions_total",
             "Parked calls cancelled without being resumed, by reason (expired, overflow, stream_ended, shutdown).",
             &["reason"],
+            &[&["expired", "overflow", "stream_ended", "shutdown"]],
         );
         ParkingMetrics { parked, evictions }
     }

@@ -73,20 +73,30 @@ impl ProcessMetrics {
     }
 
     pub(super) fn register(r: &Registrar) -> Self {
-        let config_reloads = r.counter_vec(
+        let config_reloads = r.counter_vec_from_start(
             "config_reloads_total",
             "Configuration and key reloads, by result (ok, error).",
             &["result"],
+            &[&["ok", "error"]],
         );
         let draining = r.gauge(
             "draining",
             "1 while the gateway drains before exiting, else 0.",
         );
         let key_ring_keys = r.gauge("key_ring_keys", "State keys in the ring (the first seals).");
-        let jwks_fetches = r.counter_vec(
+        let jwks_fetches = r.counter_vec_from_start(
             "jwks_fetches_total",
             "JWKS URL fetches, by outcome (ok, timeout, too_large, bad_status, transport, invalid) and unknown-kid lookups held back by the refresh rate limit (rate_limited).",
             &["outcome"],
+            &[&[
+                "ok",
+                "timeout",
+                "too_large",
+                "bad_status",
+                "transport",
+                "invalid",
+                "rate_limited",
+            ]],
         );
         let trace_spans = r.counter_vec(
             "trace_spans_total",

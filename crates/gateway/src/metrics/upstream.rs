@@ -50,10 +50,11 @@ impl SessionMetrics {
             &["reason"],
         );
         let active = r.gauge("legacy_sessions_active", "Legacy sessions open now.");
-        let checks = r.counter_vec(
+        let checks = r.counter_vec_from_start(
             "upstream_checks_total",
             "Readiness checks of the legacy server sent (an initialize, or a stdio start), by result.",
             &["result"],
+            &[&["ok", "error"]],
         );
         SessionMetrics {
             opened,
@@ -97,15 +98,26 @@ impl PoolMetrics {
             "pool_idle_sessions",
             "Warm legacy sessions idle in the pool now.",
         );
-        let checkouts = r.counter_vec(
+        let checkouts = r.counter_vec_from_start(
             "pool_checkouts_total",
             "Session checkouts from the pool, by result (hit: a warm session; miss: a new one).",
             &["result"],
+            &[&["hit", "miss"]],
         );
-        let discards = r.counter_vec(
+        let discards = r.counter_vec_from_start(
             "pool_discards_total",
             "Pooled sessions closed instead of reused, by reason.",
             &["reason"],
+            &[&[
+                "idle_timeout",
+                "unhealthy",
+                "unattributed_request",
+                "stream_ended",
+                "pool_full",
+                "evicted",
+                "caller_share",
+                "lru",
+            ]],
         );
         PoolMetrics {
             idle,

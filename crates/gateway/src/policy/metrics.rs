@@ -56,6 +56,16 @@ impl PolicyMetrics {
         registry.register(Box::new(refusals.clone()))?;
         registry.register(Box::new(max_tokens_clamped.clone()))?;
         registry.register(Box::new(result_fields_dropped.clone()))?;
+        // In /metrics from the start (at 0), not only after a first drop.
+        for field in [
+            "resultType",
+            "inputRequests",
+            "requestState",
+            "ttlMs",
+            "cacheScope",
+        ] {
+            result_fields_dropped.with_label_values(&[field]);
+        }
         Ok(PolicyMetrics {
             refusals,
             max_tokens_clamped,
