@@ -83,6 +83,9 @@ impl Gateway {
             .unwrap_or_else(crate::request_id::random_id);
         let metrics = Metrics::new(&instance_id);
         metrics.process().key_ring(config.state.keys.len());
+        metrics
+            .engine()
+            .state_keys(config.state.keys.iter().map(|k| k.id.as_str()));
         let parking = ParkingLot::new(metrics.parking());
         let auth = Authenticator::new(config.auth.clone()).map_err(|e| e.to_string())?;
         let single_use = SingleUseStore::build(&config.single_use, metrics.single_use())
@@ -219,6 +222,9 @@ impl Gateway {
             .reconfigure(&old.upstream, &new.upstream, &new.pool);
         self.codec.replace_ring(KeyRing::new(&new.state.keys));
         self.metrics.process().key_ring(new.state.keys.len());
+        self.engine
+            .metrics
+            .state_keys(new.state.keys.iter().map(|k| k.id.as_str()));
         self.codec.set_limits(StateLimits {
             ttl: new.state.ttl,
             max_bytes: new.state.max_bytes,

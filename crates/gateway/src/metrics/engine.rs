@@ -149,6 +149,14 @@ impl EngineMetrics {
         self.state_bytes.observe(bytes as f64);
     }
 
+    /// The ring's keys: each has its `state_seals_total` series from now on (at 0 until it
+    /// seals), so a new key shows in `/metrics` as soon as it is loaded.
+    pub fn state_keys<'k>(&self, key_ids: impl IntoIterator<Item = &'k str>) {
+        for id in key_ids {
+            self.state_seals.with_label_values(&[id]);
+        }
+    }
+
     /// A presented `requestState` opened.
     pub fn state_opened(&self) {
         self.state_opens.with_label_values(&["ok"]).inc();
