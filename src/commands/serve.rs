@@ -133,6 +133,12 @@ pub async fn run(
             "claimed retries handled"
         );
     }
+    // Tasks hold no connection either: they get the same deadline, and those still running
+    // then end `failed`.
+    let given_up = gw.finish_tasks(closed_at + deadline).await;
+    if given_up > 0 {
+        tracing::warn!(given_up, "unfinished tasks failed at the drain's deadline");
+    }
     // Parked calls will never be resumed by this process: cancel them upstream.
     gw.release_parked().await;
     gw.drain.stop();

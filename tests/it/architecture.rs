@@ -160,6 +160,7 @@ const MODULE_ORDER: &[&str] = &[
     "sessions",
     "translate",
     "mrtr",
+    "tasks",
     "discover",
     "front",
     "gateway",

@@ -30,6 +30,7 @@ mod readiness;
 mod replicas;
 mod rounds;
 mod single_use_redis;
+mod tasks;
 mod traces;
 mod transports;
 mod trust;

@@ -47,9 +47,30 @@ pub async fn serve(
     listen_supported: bool,
 ) -> Result<Value, Rejection> {
     let init = caller_init(engine, scope, declared, headers).await?;
+    let cfg = engine.config();
     let hint = translate::scoped_hint(
-        engine.config().caching.discover,
+        cfg.caching.discover,
         engine.auth().answers_depend_on_caller(),
     );
-    Ok(translate::discover(&init, hint, listen_supported))
+    let mut result = translate::discover(&init, hint, listen_supported);
+    if cfg.tasks.enabled {
+        advertise(&mut result, crate::tasks::EXTENSION);
+    }
+    Ok(result)
+}
+
+/// Adds `extension` to the result's `capabilities.extensions`.
+fn advertise(result: &mut Value, extension: &str) {
+    let Some(caps) = result
+        .get_mut("capabilities")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let extensions = caps
+        .entry("extensions")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Some(map) = extensions.as_object_mut() {
+        map.insert(extension.to_owned(), Value::Object(Default::default()));
+    }
 }

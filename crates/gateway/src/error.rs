@@ -160,6 +160,15 @@ pub enum RejectionKind {
     /// A park-only call the parking lot cannot take.
     ParkingFull,
 
+    // Tasks (the Tasks extension).
+    /// `tasks/*` naming a task this caller does not have (never created, another caller's,
+    /// or forgotten past its `ttlMs`), or without a `taskId`.
+    TaskUnknown,
+    /// The caller has its share of the replica's unfinished tasks.
+    TaskQuota,
+    /// The replica runs `tasks.max_running` unfinished tasks.
+    TasksFull,
+
     // Authentication (`auth::AuthFailure`).
     AuthMissing,
     AuthMalformed,
@@ -278,6 +287,9 @@ impl RejectionKind {
             K::DuplicateOfError(_) => "duplicate_of_error",
             K::ParkOnlyLost => "park_only_lost",
             K::ParkingFull => "parking_full",
+            K::TaskUnknown => "task_unknown",
+            K::TaskQuota => "task_quota",
+            K::TasksFull => "tasks_full",
             K::AuthMissing => "auth_missing",
             K::AuthMalformed => "auth_malformed",
             K::AuthExpired => "auth_expired",
@@ -323,6 +335,135 @@ impl RejectionKind {
         }
     }
 
+    /// One kind of every reason with each fault it can be counted under: the series of
+    /// `rejections_total{reason, fault}` that exist from the start (at 0). The kinds whose
+    /// fault depends on their data appear once per fault they can take.
+    pub fn catalogue() -> Vec<RejectionKind> {
+        use RejectionKind as K;
+        let later = Duration::from_secs(1);
+        let duplicate = |fault| {
+            K::DuplicateOfError(Recorded {
+                status: 500,
+                code: codes::INTERNAL_ERROR,
+                fault,
+            })
+        };
+        vec![
+            K::ParseError,
+            K::InvalidRequest,
+            K::InvalidParams,
+            K::MissingMeta,
+            K::HeaderMismatch,
+            K::UnsupportedVersion,
+            K::MethodNotFound,
+            K::MissingClientCapability,
+            K::BadInputResponse,
+            K::WrongPath,
+            K::MethodNotAllowed,
+            K::BodyTooLarge,
+            K::BodyReadTimeout,
+            K::OriginForbidden,
+            K::ClientCancelled,
+            K::UrlElicitationDeclined,
+            K::InputResponseTooLarge,
+            K::InvalidListenFilter,
+            K::ListenNeedsSse,
+            K::LegacySessionUnknown,
+            K::LegacySessionUnsendable,
+            K::LegacySessionWrongPrincipal,
+            K::LegacyPassthroughUnavailable,
+            K::ListenStreamQuota,
+            K::LegacyGetStreamQuota,
+            K::ParkingQuota,
+            K::SingleUsePrincipalQuota { retry_after: later },
+            K::StateMalformed,
+            K::StateOversize,
+            K::StateUnknownKey,
+            K::StateAuthFailed,
+            K::StateBadPayload,
+            K::StateExpired,
+            K::StateWrongOrigin,
+            K::StateWrongPrincipal,
+            K::StateNotAString,
+            K::StateInProgress,
+            K::StateAlreadyUsed,
+            K::StateOutcomeLost,
+            K::StateTooLarge,
+            duplicate(Fault::Client),
+            duplicate(Fault::Upstream),
+            duplicate(Fault::Internal),
+            K::ParkOnlyLost,
+            K::ParkingFull,
+            K::TaskUnknown,
+            K::TaskQuota,
+            K::TasksFull,
+            K::AuthMissing,
+            K::AuthMalformed,
+            K::AuthExpired,
+            K::AuthNotYetValid,
+            K::AuthBadAudience,
+            K::AuthBadIssuer,
+            K::AuthBadAlgorithm,
+            K::AuthUnknownKid,
+            K::AuthBadSignature,
+            K::AuthMissingClaim,
+            K::AuthUntrustedSource,
+            K::AuthNoIdentity,
+            K::AuthAmbiguousIdentity,
+            K::AuthKeysUnavailable,
+            K::LegacyError(codes::INVALID_PARAMS),
+            K::LegacyError(codes::INTERNAL_ERROR),
+            K::ListenSubscribeRefused(codes::INVALID_PARAMS),
+            K::ListenSubscribeRefused(codes::INTERNAL_ERROR),
+            K::PolicyRefused,
+            K::UpstreamUnreachable,
+            K::UpstreamTimeout,
+            K::CallTimeout,
+            K::ListenSubscribeTimeout,
+            K::UpstreamHttpError,
+            K::UpstreamTlsFailed,
+            K::UpstreamInitializeFailed,
+            K::UpstreamSessionExpired,
+            K::UpstreamProtocolError,
+            K::UpstreamStreamBroken,
+            K::UpstreamTooLarge,
+            K::UpstreamSpawnFailed,
+            K::UpstreamSpawnBackoff { retry_after: later },
+            K::StdioMaxChildren,
+            K::MaxRounds,
+            K::LegacySessionTooLarge,
+            K::Overloaded,
+            K::MaxListenStreams,
+            K::MaxLegacyGetStreams,
+            K::ShuttingDown,
+            K::SingleUseFull { retry_after: later },
+            K::SingleUseUnavailable,
+            K::SingleUseCorrupt,
+            K::SingleUseInvalidId,
+            K::InternalPanic,
+        ]
+    }
+
+    /// The kinds a legacy session that cannot be opened is counted under
+    /// (`legacy_sessions_failed_total{reason}`, from the start): the classes
+    /// `upstream_error::kind` sorts a session failure into.
+    pub const SESSION_FAILURES: &'static [RejectionKind] = &[
+        RejectionKind::UpstreamTimeout,
+        RejectionKind::UpstreamUnreachable,
+        RejectionKind::UpstreamTlsFailed,
+        RejectionKind::UpstreamTooLarge,
+        RejectionKind::UpstreamHttpError,
+        RejectionKind::UpstreamInitializeFailed,
+        RejectionKind::UpstreamSessionExpired,
+        RejectionKind::UpstreamProtocolError,
+        RejectionKind::UpstreamSpawnFailed,
+        RejectionKind::UpstreamStreamBroken,
+        RejectionKind::UpstreamSpawnBackoff {
+            retry_after: Duration::ZERO,
+        },
+        RejectionKind::StdioMaxChildren,
+    ];
+
     /// Whose fault this failure is (`rejections_total{fault}`, the access log).
     pub fn fault(self) -> Fault {
         use RejectionKind as K;
@@ -367,6 +508,8 @@ impl RejectionKind {
             | K::StateAlreadyUsed
             | K::StateOutcomeLost
             | K::ParkOnlyLost
+            | K::TaskUnknown
+            | K::TaskQuota
             | K::AuthMissing
             | K::AuthMalformed
             | K::AuthExpired
@@ -401,6 +544,7 @@ impl RejectionKind {
             K::DuplicateOfError(first) => first.fault,
             K::LegacySessionUnsendable
             | K::ParkingFull
+            | K::TasksFull
             | K::AuthKeysUnavailable
             | K::StdioMaxChildren
             | K::Overloaded
@@ -538,5 +682,70 @@ impl Rejection {
     pub fn policy_refused(message: impl Into<String>, policy_reason: &'static str) -> Self {
         Self::new(RejectionKind::PolicyRefused, message)
             .with_data(json!({"policyReason": policy_reason}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The labels `RejectionKind::reason` can return, read from its source: a new reason
+    /// added there and not to the catalogue fails here.
+    fn reasons_in_source() -> BTreeSet<&'static str> {
+        let src = include_str!("error.rs");
+        let start = src.find("pub fn reason(self)").expect("reason()");
+        let body = &src[start..];
+        let body = &body[..body.find("\n    }\n").expect("end of reason()")];
+        // Every string literal in the body is a label.
+        body.split('"').skip(1).step_by(2).collect()
+    }
+
+    #[test]
+    fn the_catalogue_has_every_reason_and_each_fault_of_the_data_dependent_ones() {
+        let catalogue = RejectionKind::catalogue();
+        let reasons: BTreeSet<&str> = catalogue.iter().map(|k| k.reason()).collect();
+        let in_source = reasons_in_source();
+        assert!(in_source.len() > 80, "{in_source:?}");
+        assert_eq!(reasons, in_source);
+        let pairs: BTreeSet<(&str, &str)> = catalogue
+            .iter()
+            .map(|k| (k.reason(), k.fault().as_str()))
+            .collect();
+        for (reason, faults) in [
+            ("legacy_error", &["client", "upstream"][..]),
+            ("listen_subscribe_refused", &["client", "upstream"]),
+            ("duplicate_of_error", &["client", "upstream", "internal"]),
+            ("legacy_session_unknown", &["client", "internal"]),
+        ] {
+            for fault in faults {
+                assert!(pairs.contains(&(reason, fault)), "{reason} {fault}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_reason_is_documented() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/metrics.md"),
+        )
+        .unwrap();
+        let section = &doc[doc.find("## Rejection reasons").unwrap()..];
+        let documented: BTreeSet<&str> = section.split('`').skip(1).step_by(2).collect();
+        let missing: Vec<&str> = reasons_in_source()
+            .into_iter()
+            .filter(|r| !documented.contains(r))
+            .collect();
+        assert!(missing.is_empty(), "not in docs/metrics.md: {missing:?}");
+    }
+
+    #[test]
+    fn session_failures_are_upstream_or_gateway_reasons() {
+        for k in RejectionKind::SESSION_FAILURES {
+            assert!(
+                k.reason().starts_with("upstream_") || *k == RejectionKind::StdioMaxChildren,
+                "{k:?}"
+            );
+        }
     }
 }

@@ -152,6 +152,7 @@ impl Gateway {
             long_lived: long_lived.clone(),
             instance_id: instance_id.clone(),
             request_slots: RequestSlots::new(config.load().listen.max_concurrent_requests),
+            tasks: Arc::new(crate::tasks::Tasks::new(metrics.tasks(), metrics.limits())),
         });
         let gateway = Arc::new(Gateway {
             config,
@@ -245,6 +246,12 @@ impl Gateway {
         deadline: tokio::time::Instant,
     ) -> crate::mrtr::claimed_runs::Finished {
         self.engine.claimed_runs.finish(deadline).await
+    }
+
+    /// The drain's wait for unfinished tasks (see [`crate::tasks::Tasks::finish`]); returns
+    /// how many it gave up on.
+    pub async fn finish_tasks(&self, deadline: tokio::time::Instant) -> usize {
+        self.front.tasks.finish(deadline).await
     }
 
     /// Cancels every parked call upstream and closes warm sessions (shutdown).

@@ -27,6 +27,7 @@ pub mod sessions;
 pub mod setting;
 pub mod single_use;
 pub mod state;
+pub mod tasks;
 pub mod telemetry;
 pub mod tls;
 pub mod translate;

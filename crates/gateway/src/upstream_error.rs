@@ -184,4 +184,28 @@ mod tests {
             (StatusCode::SERVICE_UNAVAILABLE, "stdio_max_children")
         );
     }
+
+    #[test]
+    fn every_session_failure_is_counted_from_the_start() {
+        let mut errors = leaky_errors();
+        errors.extend([
+            SessionError::Http(HttpError::Timeout(Duration::from_secs(1))),
+            SessionError::Http(HttpError::TooLarge(1)),
+            SessionError::Http(HttpError::Tls {
+                failure: crate::tls::upstream::TlsFailure::UntrustedCertificate,
+                detail: String::new(),
+            }),
+            SessionError::Expired,
+            SessionError::Saturated {
+                limit: 1,
+                waited: Duration::from_secs(1),
+            },
+        ]);
+        let produced: std::collections::BTreeSet<&str> = errors.iter().map(reason).collect();
+        let listed: std::collections::BTreeSet<&str> = RejectionKind::SESSION_FAILURES
+            .iter()
+            .map(|k| k.reason())
+            .collect();
+        assert_eq!(produced, listed);
+    }
 }

@@ -41,6 +41,10 @@ pub const METRICS: &[&str] = &[
     "state_only_rounds_total",
     "trace_spans_total",
     "trace_queued_spans",
+    "tasks_created_total",
+    "tasks_finished_total",
+    "tasks_running",
+    "task_input_rounds_total",
 ];
 
 /// The histograms, whose series also appear as `_bucket`, `_sum` and `_count`.

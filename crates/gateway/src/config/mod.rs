@@ -30,6 +30,7 @@ pub mod redact;
 mod replica;
 mod state;
 mod subscriptions;
+mod tasks;
 mod tls;
 mod traces;
 mod upstream;
@@ -56,6 +57,7 @@ use raw::RawConfig;
 pub use replica::ReplicaConfig;
 pub use state::{StateConfig, decode_secret, load_keys_dir};
 pub use subscriptions::SubscriptionsConfig;
+pub use tasks::{TaskRule, TaskSupport, TasksConfig};
 pub use tls::{ClientAuth, TlsConfig};
 pub use traces::TracingConfig;
 pub use upstream::{LEGACY_VERSIONS, StdioConfig, UpstreamConfig, UpstreamTransport};
@@ -80,6 +82,8 @@ pub struct Config {
     pub replica: ReplicaConfig,
     pub parking: ParkingConfig,
     pub long_calls: LongCallsConfig,
+    /// Tool calls served as tasks (`[tasks]`, the Tasks extension).
+    pub tasks: TasksConfig,
     pub pool: PoolConfig,
     pub single_use: crate::single_use::SingleUseConfig,
     pub auth: crate::auth::config::AuthConfig,
@@ -184,9 +188,11 @@ impl Config {
         let policy = crate::policy::PolicyConfig::from_raw(&raw.policy)?;
         let legacy_clients = legacy_clients::legacy_clients_config(&raw.legacy_clients, quotas)?;
         let long_calls = long_calls::long_calls_config(&raw.long_calls)?;
+        let tasks = tasks::tasks_config(&raw.tasks, quotas)?;
         let tracing = traces::tracing_config(&raw.tracing)?;
         Ok(Config {
             long_calls,
+            tasks,
             quotas,
             tracing,
             legacy_clients,

@@ -50,6 +50,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub long_calls: RawLongCalls,
     #[serde(default)]
+    pub tasks: RawTasks,
+    #[serde(default)]
     pub tracing: RawTracing,
     #[serde(default)]
     pub quotas: RawQuotas,
@@ -245,6 +247,46 @@ pub struct RawLongCallRule {
     #[serde(default)]
     pub name: Option<String>,
     pub round_after: String,
+}
+
+#[derive(Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTasks {
+    pub enabled: bool,
+    pub rules: Vec<RawTaskRule>,
+    pub ttl: String,
+    pub poll_interval: String,
+    pub max_running: u64,
+    pub max_running_per_principal: Option<u64>,
+    pub max_kept: u64,
+}
+
+impl Default for RawTasks {
+    fn default() -> Self {
+        RawTasks {
+            enabled: true,
+            rules: Vec::new(),
+            ttl: "1h".into(),
+            poll_interval: "1s".into(),
+            max_running: 256,
+            max_running_per_principal: None,
+            max_kept: 4096,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTaskRule {
+    #[serde(default = "tools_call")]
+    pub method: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub support: String,
+}
+
+fn tools_call() -> String {
+    "tools/call".into()
 }
 
 #[derive(Debug, Deserialize, serde::Serialize)]

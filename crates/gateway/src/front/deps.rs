@@ -17,6 +17,7 @@ use crate::metrics::{FrontMetrics, LimitHits};
 use crate::mrtr::deps::Engine;
 use crate::sessions::Sessions;
 use crate::state::StateCodec;
+use crate::tasks::Tasks;
 
 use super::long_lived::LongLived;
 
@@ -37,6 +38,8 @@ pub struct Front {
     pub instance_id: String,
     /// Bounds requests served at once (`listen.max_concurrent_requests`).
     pub request_slots: RequestSlots,
+    /// Tool calls served as tasks, and `tasks/*`.
+    pub tasks: Arc<Tasks>,
 }
 
 impl Front {

@@ -77,7 +77,9 @@ pub fn row(kind: RejectionKind) -> Row {
         | K::StateExpired
         | K::StateWrongOrigin
         | K::StateWrongPrincipal
-        | K::StateNotAString => row_of(BAD_REQUEST, INVALID_PARAMS),
+        | K::StateNotAString
+        | K::TaskUnknown => row_of(BAD_REQUEST, INVALID_PARAMS),
+        K::TaskQuota => row_of(TOO_MANY, INTERNAL_ERROR).retry_after(secs(5)),
         K::HeaderMismatch => row_of(BAD_REQUEST, HEADER_MISMATCH),
         K::UnsupportedVersion | K::LegacyPassthroughUnavailable => {
             row_of(BAD_REQUEST, UNSUPPORTED_PROTOCOL_VERSION)
@@ -159,6 +161,7 @@ pub fn row(kind: RejectionKind) -> Row {
             row_of(UNAVAILABLE, INTERNAL_ERROR).retry_after(retry_after)
         }
         K::ParkingFull
+        | K::TasksFull
         | K::StdioMaxChildren
         | K::Overloaded
         | K::ShuttingDown
@@ -322,9 +325,12 @@ mod tests {
             K::SingleUseCorrupt => 83,
             K::SingleUseInvalidId => 84,
             K::InternalPanic => 85,
+            K::TaskUnknown => 86,
+            K::TaskQuota => 87,
+            K::TasksFull => 88,
         }
     }
-    const VARIANTS: usize = 86;
+    const VARIANTS: usize = 89;
 
     /// Kind, HTTP status, JSON-RPC code, reason, fault, `Retry-After` seconds.
     type Expected = (RejectionKind, u16, i64, &'static str, Fault, Option<u64>);
@@ -383,6 +389,9 @@ mod tests {
             (K::DuplicateOfError(Recorded { status: 0, code: -32001, fault: Upstream }), 200, -32001, "duplicate_of_error", Upstream, None),
             (K::ParkOnlyLost, 410, -32603, "park_only_lost", Client, None),
             (K::ParkingFull, 503, -32603, "parking_full", Internal, Some(1)),
+            (K::TaskUnknown, 400, -32602, "task_unknown", Client, None),
+            (K::TaskQuota, 429, -32603, "task_quota", Client, Some(5)),
+            (K::TasksFull, 503, -32603, "tasks_full", Internal, Some(1)),
             (K::AuthMissing, 401, -32600, "auth_missing", Client, None),
             (K::AuthMalformed, 401, -32600, "auth_malformed", Client, None),
             (K::AuthExpired, 401, -32600, "auth_expired", Client, None),

@@ -24,6 +24,7 @@ use crate::error::{Rejection, RejectionKind};
 use crate::legacy::session::SESSION_HEADER;
 use crate::metrics::{Outcome, method_label};
 use crate::mrtr::engine::{self, Call};
+use crate::tasks::{Plan, Tasks};
 use crate::telemetry::spans;
 use mrtr_wire::capabilities::Declared;
 use mrtr_wire::protocol::methods::{Route, route};
@@ -48,6 +49,7 @@ fn record_timed(
         Ok(r) if r.get("resultType").and_then(Value::as_str) == Some("input_required") => {
             Outcome::InputRequired
         }
+        Ok(r) if r.get("resultType").and_then(Value::as_str) == Some("task") => Outcome::Task,
         Ok(_) => Outcome::Complete,
         Err(rej) => {
             front.metrics.rejected(rej);
@@ -390,6 +392,7 @@ async fn serve(front: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<
     match route {
         Route::Listen => serve_listen(&front, routed).await,
         Route::Discover => serve_discover(&front, routed).await,
+        Route::Tasks => serve_tasks(&front, routed),
         _ => serve_call(front, routed, span).await,
     }
 }
@@ -453,6 +456,29 @@ async fn serve_discover(front: &Front, r: Routed) -> Response<Body> {
     }
 }
 
+/// `tasks/get`, `tasks/update`, `tasks/cancel`: answered from this replica's tasks.
+fn serve_tasks(front: &Front, r: Routed) -> Response<Body> {
+    let outcome = if front.config().tasks.enabled {
+        let params = r.env.params.clone().unwrap_or(Value::Null);
+        front
+            .tasks
+            .serve(&r.env.method, &params, r.principal.as_str())
+    } else {
+        Err(Rejection::method_not_found(&r.env.method))
+    };
+    match outcome {
+        Ok(result) => {
+            let response = respond::json(
+                StatusCode::OK,
+                &mrtr_wire::jsonrpc::result_response(&r.env.id, result.clone()),
+            );
+            record(front, &r.env.method, &Ok(result));
+            response
+        }
+        Err(rej) => refuse(front, &r.env.method, Some(&r.env.id), rej),
+    }
+}
+
 /// Phase 7: serve through a legacy session in the engine's own task; stream notifications if
 /// any come before the result.
 async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Response<Body> {
@@ -473,6 +499,27 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
     if let Some(target) = call.target() {
         span.record("call_target", target);
         spans::call_target(&span, &call.method, target);
+    }
+    // A tool call may become a task: answered now, run on in a task of its own.
+    match Tasks::plan(&front.config(), &call) {
+        Err(rej) => return refuse(&front, &env.method, Some(&env.id), rej),
+        Ok(Plan::Task) => {
+            let created = front
+                .tasks
+                .create(&front.engine, call, error_map::status_and_error);
+            return match created {
+                Ok(result) => {
+                    let response = respond::json(
+                        StatusCode::OK,
+                        &mrtr_wire::jsonrpc::result_response(&env.id, result.clone()),
+                    );
+                    record_timed(&front, &env.method, &Ok(result), Some(started.elapsed()));
+                    response
+                }
+                Err(rej) => refuse(&front, &env.method, Some(&env.id), rej),
+            };
+        }
+        Ok(Plan::Call) => {}
     }
     let runtime = front.engine.clone();
     let method = env.method;

@@ -4,13 +4,15 @@
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
 
 use super::{Held, Registrar, method_label};
-use crate::error::Rejection;
+use crate::error::{Rejection, RejectionKind};
 
 /// How a modern request was answered (`requests_total{outcome}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Complete,
     InputRequired,
+    /// A tool call that became a task (`resultType: "task"`).
+    Task,
     Error,
 }
 
@@ -20,6 +22,7 @@ impl Outcome {
         match self {
             Outcome::Complete => "complete",
             Outcome::InputRequired => "input_required",
+            Outcome::Task => "task",
             Outcome::Error => "error",
         }
     }
@@ -90,11 +93,11 @@ impl FrontMetrics {
     pub(super) fn register(r: &Registrar) -> Self {
         let requests = r.counter_vec_from_start(
             "requests_total",
-            "Modern requests answered, by method and outcome (complete, input_required, error).",
+            "Modern requests answered, by method and outcome (complete, input_required, task, error).",
             &["method", "outcome"],
             &[
                 super::KNOWN_METHODS,
-                &["complete", "input_required", "error"],
+                &["complete", "input_required", "task", "error"],
             ],
         );
         let rejections = r.counter_vec(
@@ -102,6 +105,9 @@ impl FrontMetrics {
             "Requests answered with a JSON-RPC error, by reason and by whose fault it was.",
             &["reason", "fault"],
         );
+        for kind in RejectionKind::catalogue() {
+            rejections.with_label_values(&[kind.reason(), kind.fault().as_str()]);
+        }
         let active_requests = r.gauge(
             "active_requests",
             "Requests holding a request slot now (listen.max_concurrent_requests).",

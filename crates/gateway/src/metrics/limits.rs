@@ -33,6 +33,9 @@ pub enum Limit {
     LongCallsMaxRunning,
     LongCallsPerPrincipal,
     SingleUseNewcomerReserve,
+    TasksMaxRunning,
+    TasksPerPrincipal,
+    TasksMaxKept,
     // The legacy server.
     UpstreamMaxEventBytes,
     UpstreamMaxStreamBytes,
@@ -52,7 +55,7 @@ pub enum Limit {
 
 impl Limit {
     /// Every limit (keep in step with the enum: the documentation test walks this list).
-    pub const ALL: [Limit; 34] = [
+    pub const ALL: [Limit; 37] = [
         Limit::MaxConnections,
         Limit::MaxConnectionsPerSource,
         Limit::HeaderReadTimeout,
@@ -74,6 +77,9 @@ impl Limit {
         Limit::LongCallsMaxRunning,
         Limit::LongCallsPerPrincipal,
         Limit::SingleUseNewcomerReserve,
+        Limit::TasksMaxRunning,
+        Limit::TasksPerPrincipal,
+        Limit::TasksMaxKept,
         Limit::UpstreamMaxEventBytes,
         Limit::UpstreamMaxStreamBytes,
         Limit::UpstreamMaxLineBytes,
@@ -113,6 +119,9 @@ impl Limit {
             Limit::LongCallsMaxRunning => "long_calls_max_running",
             Limit::LongCallsPerPrincipal => "long_calls_max_running_per_principal",
             Limit::SingleUseNewcomerReserve => "single_use_newcomer_reserve",
+            Limit::TasksMaxRunning => "tasks_max_running",
+            Limit::TasksPerPrincipal => "tasks_max_running_per_principal",
+            Limit::TasksMaxKept => "tasks_max_kept",
             Limit::UpstreamMaxEventBytes => "upstream_max_event_bytes",
             Limit::UpstreamMaxStreamBytes => "upstream_max_stream_bytes",
             Limit::UpstreamMaxLineBytes => "upstream_max_line_bytes",

@@ -26,6 +26,7 @@ mod front;
 mod limits;
 mod parking;
 mod process;
+mod tasks;
 mod upstream;
 
 pub use engine::{EngineMetrics, Retry, RootsRefresh, RoundClose, StateOnly};
@@ -33,6 +34,7 @@ pub use front::{FrontMetrics, Outcome};
 pub use limits::{Limit, LimitHits};
 pub use parking::ParkingMetrics;
 pub use process::ProcessMetrics;
+pub use tasks::{TaskEnd, TaskMetrics};
 pub use upstream::{PoolMetrics, SessionMetrics};
 
 /// The registry and the groups registered in it.
@@ -44,6 +46,7 @@ pub struct Metrics {
     sessions: Arc<SessionMetrics>,
     pool: Arc<PoolMetrics>,
     process: Arc<ProcessMetrics>,
+    tasks: Arc<TaskMetrics>,
     single_use: SingleUseMetrics,
     limits: LimitHits,
 }
@@ -60,6 +63,9 @@ pub(super) const KNOWN_METHODS: &[&str] = &[
     "resources/templates/list",
     "completion/complete",
     "subscriptions/listen",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
     "initialize",
 ];
 
@@ -96,6 +102,7 @@ impl Metrics {
             sessions: Arc::new(SessionMetrics::register(&r)),
             pool: Arc::new(PoolMetrics::register(&r)),
             process: Arc::new(ProcessMetrics::register(&r)),
+            tasks: Arc::new(TaskMetrics::register(&r)),
             single_use,
             limits,
             registry,
@@ -135,6 +142,11 @@ impl Metrics {
     /// The single-use store's counters (kept across the stores a reload builds).
     pub fn single_use(&self) -> SingleUseMetrics {
         self.single_use.clone()
+    }
+
+    /// Tasks (the Tasks extension).
+    pub fn tasks(&self) -> Arc<TaskMetrics> {
+        self.tasks.clone()
     }
 
     /// Where hit limits are counted.

@@ -5,6 +5,7 @@
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
 
 use super::Registrar;
+use crate::error::RejectionKind;
 
 /// Legacy sessions and checks of the upstream in force.
 pub struct SessionMetrics {
@@ -49,6 +50,9 @@ impl SessionMetrics {
             "Legacy sessions that could not be opened or died, by reason.",
             &["reason"],
         );
+        for kind in RejectionKind::SESSION_FAILURES {
+            failed.with_label_values(&[kind.reason()]);
+        }
         let active = r.gauge("legacy_sessions_active", "Legacy sessions open now.");
         let checks = r.counter_vec_from_start(
             "upstream_checks_total",

@@ -657,7 +657,7 @@ fn drop_unsafe_error_data(engine: &Engine, call: &Call, err: &mut Value) {
     if let Some(obj) = err.as_object_mut() {
         obj.remove("data");
     }
-    engine.metrics.policy().refused("error_data", "url_in_text");
+    engine.metrics.policy().error_data_refused();
     tracing::warn!(
         call = %call.describe(),
         reason = refused.refusal.reason(),

@@ -21,6 +21,11 @@ impl PolicyMetrics {
         self.refusals.with_label_values(&[kind, reason]).inc();
     }
 
+    /// A legacy error's `data` was dropped: it carries a URL the policy refuses.
+    pub fn error_data_refused(&self) {
+        self.refused(super::ERROR_DATA_KIND, "url_in_text");
+    }
+
     /// A sampling request's `maxTokens` was lowered.
     pub fn max_tokens_clamped(&self) {
         self.max_tokens_clamped.inc();
@@ -37,7 +42,7 @@ impl PolicyMetrics {
             Opts::new(
                 "policy_refusals_total",
                 "Questions of the legacy server held back from the client by the policy stage, \
-                 by kind (elicitation_form, elicitation_url, sampling, roots) and reason.",
+                 by kind (elicitation_form, elicitation_url, sampling, roots, error_data) and reason.",
             ),
             &["kind", "reason"],
         )?;
@@ -56,7 +61,10 @@ impl PolicyMetrics {
         registry.register(Box::new(refusals.clone()))?;
         registry.register(Box::new(max_tokens_clamped.clone()))?;
         registry.register(Box::new(result_fields_dropped.clone()))?;
-        // In /metrics from the start (at 0), not only after a first drop.
+        // In /metrics from the start (at 0), not only after a first refusal or drop.
+        for (kind, reason) in super::refusal_labels() {
+            refusals.with_label_values(&[kind, reason]);
+        }
         for field in [
             "resultType",
             "inputRequests",

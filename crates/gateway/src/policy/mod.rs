@@ -83,6 +83,39 @@ pub fn kind_label(kind: InputKind) -> &'static str {
     }
 }
 
+/// The `kind` label of a legacy error's `data` dropped for a URL it carries.
+pub const ERROR_DATA_KIND: &str = "error_data";
+
+/// Every `(kind, reason)` pair `policy_refusals_total` can count: each question kind can be
+/// refused by the rules or as malformed, a URL elicitation by any URL rule, and a URL in text
+/// (form and URL elicitations, legacy error data) as `url_in_text`.
+pub fn refusal_labels() -> Vec<(&'static str, &'static str)> {
+    let kinds = [
+        InputKind::ElicitForm,
+        InputKind::ElicitUrl,
+        InputKind::Sampling,
+        InputKind::Roots,
+    ];
+    let in_text = RefusalReason::UrlInText(UrlRefusal::Invalid).as_str();
+    let mut pairs = Vec::new();
+    for kind in kinds {
+        for reason in [RefusalReason::KindNotAllowed, RefusalReason::Malformed] {
+            pairs.push((kind_label(kind), reason.as_str()));
+        }
+    }
+    for kind in [InputKind::ElicitForm, InputKind::ElicitUrl] {
+        pairs.push((kind_label(kind), in_text));
+    }
+    pairs.push((ERROR_DATA_KIND, in_text));
+    for url in UrlRefusal::ALL {
+        pairs.push((
+            kind_label(InputKind::ElicitUrl),
+            RefusalReason::Url(*url).as_str(),
+        ));
+    }
+    pairs
+}
+
 /// A question the policy holds back from the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -294,6 +327,33 @@ impl Stage<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_refusal_reason_is_counted_from_the_start_and_documented() {
+        use std::collections::BTreeSet;
+        let labelled: BTreeSet<&str> = refusal_labels().iter().map(|(_, r)| *r).collect();
+        // The URL rules' labels, read from `UrlRefusal::reason`: one added there and not to
+        // `UrlRefusal::ALL` fails here.
+        let src = include_str!("url.rs");
+        let body = &src[src.find("pub fn reason(self)").expect("reason()")..];
+        let body = &body[..body.find("\n    }\n").expect("end of reason()")];
+        let url_reasons: BTreeSet<&str> = body.split('"').skip(1).step_by(2).collect();
+        assert_eq!(url_reasons.len(), 12, "{url_reasons:?}");
+        assert!(url_reasons.is_subset(&labelled), "{url_reasons:?}");
+        // docs/metrics.md's table of refusal reasons lists the same labels.
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/metrics.md"),
+        )
+        .unwrap();
+        let table = &doc[doc.find("`policy_refusals_total{reason}`:").unwrap()..];
+        let documented: BTreeSet<&str> = table
+            .lines()
+            .skip(4)
+            .take_while(|l| l.starts_with("| `"))
+            .map(|l| l[3..].split('`').next().unwrap())
+            .collect();
+        assert_eq!(labelled, documented);
+    }
 
     fn url_question(url: &str) -> Value {
         json!({"method":"elicitation/create","params":{"mode":"url","message":"Sign in","url":url}})

@@ -95,6 +95,22 @@ pub enum UrlRefusal {
 }
 
 impl UrlRefusal {
+    /// One refusal of each reason.
+    pub const ALL: &'static [UrlRefusal] = &[
+        UrlRefusal::TooLong,
+        UrlRefusal::ControlCharacters,
+        UrlRefusal::Invalid,
+        UrlRefusal::Scheme,
+        UrlRefusal::Userinfo,
+        UrlRefusal::EncodedHost,
+        UrlRefusal::Localhost,
+        UrlRefusal::NonPublicAddress("loopback"),
+        UrlRefusal::HostDenied,
+        UrlRefusal::InternalName,
+        UrlRefusal::HostNotAllowed,
+        UrlRefusal::ParserMismatch,
+    ];
+
     pub fn reason(self) -> &'static str {
         match self {
             UrlRefusal::TooLong => "url_too_long",

@@ -11,6 +11,9 @@ pub enum Route {
     Forward,
     /// `subscriptions/listen`.
     Listen,
+    /// `tasks/get`, `tasks/update`, `tasks/cancel` (the Tasks extension): answered by the
+    /// gateway from its task records, never sent upstream.
+    Tasks,
     /// Removed in 2026-07-28 or never defined: 404 + -32601.
     NotFound,
 }
@@ -36,6 +39,7 @@ pub fn route(method: &str) -> Route {
         | "resources/templates/list"
         | "completion/complete" => Route::Forward,
         "subscriptions/listen" => Route::Listen,
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Route::Tasks,
         // initialize, ping, logging/setLevel, resources/subscribe, resources/unsubscribe and
         // anything unknown.
         _ => Route::NotFound,
@@ -47,6 +51,7 @@ pub fn name_param(method: &str) -> Option<&'static str> {
     match method {
         "tools/call" | "prompts/get" => Some("name"),
         "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
         _ => None,
     }
 }
@@ -83,5 +88,11 @@ mod tests {
         }
         assert_eq!(route("tools/call"), Route::Mrtr);
         assert_eq!(route("tools/list"), Route::Forward);
+        for m in ["tasks/get", "tasks/update", "tasks/cancel"] {
+            assert_eq!(route(m), Route::Tasks, "{m}");
+            assert_eq!(name_param(m), Some("taskId"), "{m}");
+        }
+        assert_eq!(route("tasks/list"), Route::NotFound);
+        assert_eq!(route("tasks/result"), Route::NotFound);
     }
 }

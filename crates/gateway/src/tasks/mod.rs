@@ -1,0 +1,212 @@
+//! The Tasks extension (`io.modelcontextprotocol/tasks`) in front of a legacy server.
+//!
+//! A `tools/call` that `[[tasks.rules]]` make task-supporting, from a client that declared the
+//! extension on that request, returns at once with a `CreateTaskResult`; the call runs on in a
+//! task of this replica ([`runner`]), driven through the MRTR engine like any call. While the
+//! legacy server waits on a question, `tasks/get` shows it as `inputRequests` (status
+//! `input_required`) and `tasks/update` answers it; `tasks/cancel` stops the call (the legacy
+//! call is cancelled upstream as for a client that goes away). A tool error ends `completed`
+//! with the tool's result (`isError`); a JSON-RPC failure ends `failed` with the error the call
+//! would have been answered with.
+//!
+//! Tasks are bound to the principal that created them: to anyone else a task id is unknown
+//! (-32602), exactly like one that never existed. A required-task tool called by a client that
+//! did not declare the extension gets -32021 naming the extension.
+//!
+//! The records live on the replica that created the task ([`board`]): `tasks/*` must reach
+//! that replica (the spec's `Mcp-Name: <taskId>` header is there for routing). Keeping them in
+//! the fleet store, so that any replica can answer, is not built yet.
+
+pub mod board;
+pub mod record;
+mod runner;
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+use tracing::Instrument;
+
+use crate::config::{Config, TaskSupport};
+use crate::error::{Rejection, RejectionKind};
+use crate::metrics::{LimitHits, TaskMetrics};
+use crate::mrtr::at_most_once::Render;
+use crate::mrtr::deps::Engine;
+use crate::mrtr::engine::Call;
+use crate::request_id::RequestId;
+use board::Board;
+use record::{Status, Task};
+
+/// The extension's identifier, in capabilities.
+pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// What to do with a call.
+#[derive(Debug)]
+pub enum Plan {
+    /// Serve it in its request, as ever.
+    Call,
+    /// Make it a task.
+    Task,
+}
+
+/// The tasks of this replica.
+pub struct Tasks {
+    board: Arc<Board>,
+    metrics: Arc<TaskMetrics>,
+}
+
+impl Tasks {
+    pub fn new(metrics: Arc<TaskMetrics>, limits: LimitHits) -> Tasks {
+        Tasks {
+            board: Arc::new(Board::new(metrics.running(), limits)),
+            metrics,
+        }
+    }
+
+    /// Unfinished tasks on this replica.
+    pub fn running(&self) -> usize {
+        self.board.running()
+    }
+
+    /// The drain's wait for unfinished tasks: until none is left or `deadline`; those still
+    /// running then are stopped and end `failed`. Returns how many were given up.
+    pub async fn finish(&self, deadline: tokio::time::Instant) -> usize {
+        while self.running() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let left = self.running();
+        if left > 0 {
+            self.board.give_up();
+            // The calls stop and record their end (a moment: each cancels its legacy call).
+            let settle = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+            while self.running() > 0 && tokio::time::Instant::now() < settle {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        left
+    }
+
+    /// Whether `call` becomes a task: `tasks.rules` say whether its tool may (or must), and the
+    /// client's declaration on this request whether it can.
+    pub fn plan(cfg: &Config, call: &Call) -> Result<Plan, Rejection> {
+        let declared = declares_extension(&call.meta.client_capabilities);
+        match (cfg.tasks.support_for(&call.method, call.target()), declared) {
+            (TaskSupport::Forbidden, _) | (TaskSupport::Optional, false) => Ok(Plan::Call),
+            (TaskSupport::Optional | TaskSupport::Required, true) => Ok(Plan::Task),
+            (TaskSupport::Required, false) => Err(Rejection::new(
+                RejectionKind::MissingClientCapability,
+                format!(
+                    "{} runs only as a task: declare the {EXTENSION} extension in this request's client capabilities",
+                    call.describe()
+                ),
+            )
+            .with_data(json!({"requiredCapabilities": {"extensions": {EXTENSION: {}}}}))),
+        }
+    }
+
+    /// Creates a task for `call` and starts it; returns its `CreateTaskResult`. `render` is how
+    /// the front answers an error (a failed task carries that error).
+    pub fn create(
+        &self,
+        engine: &Arc<Engine>,
+        mut call: Call,
+        render: Render,
+    ) -> Result<Value, Rejection> {
+        let cfg = engine.config();
+        let task = Task::new(
+            crate::state::payload::random_id(),
+            call.principal.clone(),
+            call.caller.clone(),
+            cfg.tasks.ttl,
+            cfg.tasks.poll_interval,
+        );
+        let entry = self.board.admit(task, &cfg.tasks)?;
+        // The legacy server reports progress only under a token: the task asks for it (its
+        // messages become the status message), under the client's own token if it sent one.
+        if call.meta.progress_token.is_none() {
+            let token = json!(format!("task-{}", entry.task().id));
+            if let Some(params) = call.params.as_object_mut() {
+                let meta = params
+                    .entry("_meta")
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if let Some(meta) = meta.as_object_mut() {
+                    meta.insert("progressToken".into(), token.clone());
+                }
+            }
+            call.meta.progress_token = Some(token);
+        }
+        let created = entry.task().created_result();
+        self.metrics.created();
+        tracing::info!(
+            call = %call.describe(),
+            task_id = created["taskId"].as_str().unwrap_or(""),
+            "a tool call became a task"
+        );
+        let running = runner::Running {
+            engine: engine.clone(),
+            board: self.board.clone(),
+            metrics: self.metrics.clone(),
+            entry,
+            render,
+        };
+        tokio::spawn(RequestId::carry(
+            runner::run(running, call).in_current_span(),
+        ));
+        Ok(created)
+    }
+
+    /// Serves `tasks/get`, `tasks/update` or `tasks/cancel` for `principal`.
+    pub fn serve(&self, method: &str, params: &Value, principal: &str) -> Result<Value, Rejection> {
+        let id = params
+            .get("taskId")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                Rejection::new(
+                    RejectionKind::InvalidParams,
+                    "params.taskId must be a string",
+                )
+            })?;
+        let entry = self.board.lookup(id, principal)?;
+        match method {
+            "tasks/get" => Ok(entry.task().detailed()),
+            "tasks/update" => {
+                let answers = match params.get("inputResponses") {
+                    Some(Value::Object(m)) => m.clone(),
+                    _ => {
+                        return Err(Rejection::new(
+                            RejectionKind::BadInputResponse,
+                            "params.inputResponses must be an object keyed like inputRequests",
+                        ));
+                    }
+                };
+                let kept = entry.give_answers(answers);
+                tracing::debug!(task_id = id, kept, "tasks/update");
+                Ok(ack())
+            }
+            "tasks/cancel" => {
+                {
+                    let mut task = entry.task();
+                    if !task.status.is_terminal() {
+                        task.set(Status::Cancelled, Some("cancelled by the client".into()));
+                    }
+                }
+                entry.cancel.cancel();
+                Ok(ack())
+            }
+            other => Err(Rejection::method_not_found(other)),
+        }
+    }
+}
+
+/// Whether a request's client capabilities declare the extension.
+pub fn declares_extension(caps: &Value) -> bool {
+    caps.get("extensions")
+        .and_then(|e| e.get(EXTENSION))
+        .is_some_and(Value::is_object)
+}
+
+/// The empty acknowledgement of `tasks/update` and `tasks/cancel`.
+fn ack() -> Value {
+    let mut m = Map::new();
+    m.insert("resultType".into(), json!("complete"));
+    Value::Object(m)
+}

@@ -1,0 +1,256 @@
+//! Drives a task's call through the MRTR engine, as a client would: each `input_required`
+//! round becomes the task's `inputRequests`, and the answers given with `tasks/update` go back
+//! in a retry with the round's `requestState`.
+//!
+//! So a task asks nothing of the legacy side that an ordinary call does not: the same capture,
+//! policy review, parking and single-use rules apply to every round, and the legacy call
+//! itself stays an ordinary blocking call (no legacy tasks are declared upstream).
+
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::board::{Board, Entry};
+use super::record::Status;
+use crate::error::{Rejection, RejectionKind};
+use crate::metrics::{TaskEnd, TaskMetrics};
+use crate::mrtr::at_most_once::Render;
+use crate::mrtr::deps::Engine;
+use crate::mrtr::engine::{self, Call, Sink};
+
+/// What a task runs with.
+pub(super) struct Running {
+    pub engine: Arc<Engine>,
+    pub board: Arc<Board>,
+    pub metrics: Arc<TaskMetrics>,
+    pub entry: Arc<Entry>,
+    pub render: Render,
+}
+
+/// How a round of the call ended.
+enum Step {
+    /// The call's result (a tool error included).
+    Done(Value),
+    /// Questions (maybe none) and the state to retry with.
+    Asked(Map<String, Value>, String),
+    Failed(Rejection),
+}
+
+/// Runs the task's call to its end and records how it ended.
+pub(super) async fn run(r: Running, mut call: Call) {
+    let (ttl, task_id, caller) = {
+        let t = r.entry.task();
+        (t.ttl, t.id.clone(), t.caller.clone())
+    };
+    let deadline = Instant::now() + ttl;
+    // Stops the call: a `tasks/cancel`, or the TTL passing.
+    let stop = r.entry.cancel.child_token();
+    let mut round = 0u32;
+    let end = loop {
+        let step = one_round(&r, &call, &stop, deadline).await;
+        match step {
+            Step::Done(result) => break Ok(result),
+            Step::Failed(rej) => break Err(rej),
+            Step::Asked(questions, state) => {
+                let answers = if questions.is_empty() {
+                    // A state-only round: the call runs on; follow it at once.
+                    Map::new()
+                } else {
+                    round += 1;
+                    r.metrics.input_round();
+                    match ask(&r, round, questions, &stop, deadline).await {
+                        Some(answers) => answers,
+                        None => break Err(stopped(&r.entry)),
+                    }
+                };
+                call = retry(&call, &task_id, round, state, answers);
+            }
+        }
+    };
+    settle(&r, end);
+    r.board.finished(&caller);
+}
+
+/// Serves the call once (one round), turning its notifications into the task's status
+/// message.
+async fn one_round(r: &Running, call: &Call, stop: &CancellationToken, deadline: Instant) -> Step {
+    let (tx, mut rx) = mpsc::channel(16);
+    let sink = Sink::new(Some(tx));
+    let served = engine::serve(&r.engine, call, &sink, stop, r.render);
+    tokio::pin!(served);
+    let outcome = loop {
+        tokio::select! {
+            out = &mut served => break out,
+            Some(msg) = rx.recv() => note_progress(&r.entry, &msg),
+            () = tokio::time::sleep_until(deadline), if !stop.is_cancelled() => stop.cancel(),
+        }
+    };
+    match outcome {
+        Ok(v) if v.get("resultType").and_then(Value::as_str) == Some("input_required") => {
+            let questions = v
+                .get("inputRequests")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            match v.get("requestState").and_then(Value::as_str) {
+                Some(state) => Step::Asked(questions, state.to_owned()),
+                None => Step::Failed(Rejection::new(
+                    RejectionKind::InternalPanic,
+                    "a round ended without a requestState",
+                )),
+            }
+        }
+        Ok(v) if r.entry.cancel.is_cancelled() && !r.entry.given_up() => {
+            // Finished before the cancellation took effect: the task is cancelled all the
+            // same (`tasks/cancel` already said so).
+            drop(v);
+            Step::Failed(stopped(&r.entry))
+        }
+        Ok(v) => Step::Done(v),
+        Err(_) if stop.is_cancelled() => Step::Failed(stopped(&r.entry)),
+        Err(rej) => Step::Failed(rej),
+    }
+}
+
+/// A progress notification's message (and numbers) becomes the status message while working.
+fn note_progress(entry: &Entry, msg: &Value) {
+    if msg.get("method").and_then(Value::as_str) != Some("notifications/progress") {
+        return;
+    }
+    let p = &msg["params"];
+    let numbers = match (p.get("progress"), p.get("total")) {
+        (Some(done), Some(total)) => format!("{done}/{total}"),
+        (Some(done), None) => format!("{done}"),
+        _ => String::new(),
+    };
+    let text = match p.get("message").and_then(Value::as_str) {
+        Some(m) if numbers.is_empty() => m.to_owned(),
+        Some(m) => format!("{m} ({numbers})"),
+        None => numbers,
+    };
+    let mut task = entry.task();
+    if task.status == Status::Working && !text.is_empty() {
+        task.status_message = Some(text);
+        task.updated = std::time::SystemTime::now();
+    }
+}
+
+/// Shows the round's questions under task keys (`{round}-{key}`: unique for the task's life)
+/// and waits until every one is answered. `None`: stopped first.
+async fn ask(
+    r: &Running,
+    round: u32,
+    questions: Map<String, Value>,
+    stop: &CancellationToken,
+    deadline: Instant,
+) -> Option<Map<String, Value>> {
+    let keys: Vec<(String, String)> = questions
+        .keys()
+        .map(|k| (format!("{round}-{k}"), k.clone()))
+        .collect();
+    let task_keys: Vec<String> = keys.iter().map(|(t, _)| t.clone()).collect();
+    let mut changed = r.entry.watch();
+    {
+        let mut task = r.entry.task();
+        if task.status.is_terminal() {
+            return None;
+        }
+        task.set(Status::InputRequired, None);
+        task.input_requests = questions
+            .into_iter()
+            .map(|(k, v)| (format!("{round}-{k}"), v))
+            .collect();
+    }
+    let answers = loop {
+        if let Some(answers) = r.entry.take_answers(&task_keys) {
+            break answers;
+        }
+        tokio::select! {
+            res = changed.changed() => if res.is_err() { return None },
+            () = stop.cancelled() => return None,
+            () = tokio::time::sleep_until(deadline) => return None,
+        }
+    };
+    {
+        let mut task = r.entry.task();
+        if task.status.is_terminal() {
+            return None;
+        }
+        task.set(Status::Working, None);
+    }
+    Some(
+        keys.into_iter()
+            .filter_map(|(task_key, key)| answers.get(&task_key).map(|v| (key, v.clone())))
+            .collect(),
+    )
+}
+
+/// The retry of `call` carrying the round's answers and state, under a new id.
+fn retry(
+    call: &Call,
+    task_id: &str,
+    round: u32,
+    state: String,
+    answers: Map<String, Value>,
+) -> Call {
+    let mut next = call.clone();
+    next.id = json!(format!("task-{task_id}-{round}"));
+    if let Some(params) = next.params.as_object_mut() {
+        params.insert("requestState".into(), Value::String(state));
+        params.insert("inputResponses".into(), Value::Object(answers));
+    }
+    next
+}
+
+/// Why the call stopped: cancelled, or past its TTL.
+fn stopped(entry: &Entry) -> Rejection {
+    if entry.cancel.is_cancelled() && entry.given_up() {
+        Rejection::new(
+            RejectionKind::ShuttingDown,
+            "the gateway replica running the task shut down before it finished",
+        )
+    } else if entry.cancel.is_cancelled() {
+        Rejection::new(RejectionKind::ClientCancelled, "the task was cancelled")
+    } else {
+        Rejection::new(
+            RejectionKind::CallTimeout,
+            "the task did not finish within its TTL (tasks.ttl)",
+        )
+    }
+}
+
+/// Records the end: `completed` with the result, `cancelled` after `tasks/cancel`, otherwise
+/// `failed` with the JSON-RPC error the call would have been answered with.
+fn settle(r: &Running, end: Result<Value, Rejection>) {
+    let cancelled = r.entry.cancel.is_cancelled() && !r.entry.given_up();
+    let mut task = r.entry.task();
+    let status = match (&end, cancelled) {
+        (_, true) => Status::Cancelled,
+        (Ok(_), false) => Status::Completed,
+        (Err(_), false) => Status::Failed,
+    };
+    if !task.status.is_terminal() {
+        match end {
+            Ok(result) if status == Status::Completed => {
+                task.result = Some(result);
+                task.set(Status::Completed, None);
+            }
+            Err(rej) if status == Status::Failed => {
+                let (_, error) = (r.render)(&rej);
+                let message = error.message.clone();
+                task.error = serde_json::to_value(error).ok();
+                task.set(Status::Failed, Some(message));
+            }
+            _ => task.set(Status::Cancelled, Some("cancelled by the client".into())),
+        }
+    }
+    let end = match task.status {
+        Status::Completed => TaskEnd::Completed,
+        Status::Cancelled => TaskEnd::Cancelled,
+        _ => TaskEnd::Failed,
+    };
+    drop(task);
+    r.metrics.finished(end);
+}

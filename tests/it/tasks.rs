@@ -1,0 +1,570 @@
+//! The Tasks extension (`[tasks]`, `crate::tasks`): a task-supporting tool call from a client
+//! that declared the extension returns a task at once; `tasks/get` shows its questions and its
+//! end, `tasks/update` answers, `tasks/cancel` stops it; the tool body runs once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+use mrtr_testkit::client::ModernClient;
+use mrtr_testkit::legacy_server::{Handlers, RpcError};
+
+const EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+const RULES: &str = "[[tasks.rules]]\nname = \"build\"\nsupport = \"required\"\n\
+    [[tasks.rules]]\nname = \"ask\"\nsupport = \"optional\"\n\
+    [[tasks.rules]]\nname = \"broken\"\nsupport = \"optional\"\n\
+    [[tasks.rules]]\nname = \"slow\"\nsupport = \"optional\"\n";
+
+/// `build` (counted: how many times its body ran) reports progress and answers "built";
+/// `ask` asks a name and a colour, then greets; `broken` fails with a JSON-RPC error, or with
+/// a tool error (`isError`) when asked to; `slow` waits until cancelled.
+fn handlers(runs: Arc<AtomicUsize>) -> Handlers {
+    Handlers::new()
+        .tool(
+            "build",
+            "builds",
+            json!({"type": "object"}),
+            move |ctx, _args| {
+                let runs = runs.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    ctx.progress(1.0, Some(2.0), Some("compiling"));
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Ok(tool_text("built"))
+                }
+            },
+        )
+        .tool(
+            "ask",
+            "asks twice",
+            json!({"type": "object"}),
+            |ctx, _args| async move {
+                let name = ctx.elicit_form("Your name?", form("name")).await?;
+                let colour = ctx.elicit_form("Your colour?", form("colour")).await?;
+                Ok(tool_text(format!(
+                    "{} likes {}",
+                    name["content"]["name"].as_str().unwrap_or("?"),
+                    colour["content"]["colour"].as_str().unwrap_or("?")
+                )))
+            },
+        )
+        .tool(
+            "broken",
+            "fails",
+            json!({"type": "object"}),
+            |_ctx, args| async move {
+                if args["tool_error"] == true {
+                    Ok(json!({"content": [{"type": "text", "text": "no"}], "isError": true}))
+                } else {
+                    Err(RpcError::new(-32603, "the build farm is down"))
+                }
+            },
+        )
+        .tool(
+            "slow",
+            "waits",
+            json!({"type": "object"}),
+            |ctx, _args| async move {
+                tokio::select! {
+                    () = ctx.cancelled() => Err(RpcError::new(-32603, "cancelled")),
+                    () = tokio::time::sleep(Duration::from_secs(20)) => Ok(tool_text("late")),
+                }
+            },
+        )
+}
+
+struct Counters {
+    runs: Arc<AtomicUsize>,
+}
+
+/// A gateway with [`RULES`]; `tasks_keys` go in `[tasks]`, `extra` after it.
+async fn tasks_env(tasks_keys: &str, extra: &str) -> (Env, Counters) {
+    let c = Counters {
+        runs: Arc::new(AtomicUsize::new(0)),
+    };
+    let env = env_with(
+        Default::default(),
+        handlers(c.runs.clone()),
+        "",
+        &format!("[tasks]\npoll_interval = \"20ms\"\n{tasks_keys}{RULES}{extra}"),
+    )
+    .await;
+    (env, c)
+}
+
+/// A client declaring the extension (and form elicitation).
+fn task_client(env: &Env) -> ModernClient {
+    env.client()
+        .with_capabilities(json!({"elicitation": {"form": {}}, "extensions": {EXTENSION: {}}}))
+}
+
+async fn call(client: &ModernClient, tool: &str, args: Value) -> Value {
+    let ex = client
+        .request("tools/call", json!({"name": tool, "arguments": args}))
+        .await
+        .unwrap();
+    ex.result()
+        .cloned()
+        .unwrap_or_else(|| panic!("{tool}: {:?}", ex.error()))
+}
+
+async fn get(client: &ModernClient, id: &str) -> Value {
+    let ex = client
+        .request("tasks/get", json!({"taskId": id}))
+        .await
+        .unwrap();
+    ex.result()
+        .cloned()
+        .unwrap_or_else(|| panic!("tasks/get: {:?}", ex.error()))
+}
+
+/// Polls until the task's status is `status` (or terminal); at most 10 s.
+async fn wait_for(client: &ModernClient, id: &str, status: &str) -> Value {
+    for _ in 0..500 {
+        let t = get(client, id).await;
+        let s = t["status"].as_str().unwrap().to_owned();
+        if s == status || ["completed", "failed", "cancelled"].contains(&s.as_str()) {
+            return t;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("task {id} never reached {status}");
+}
+
+fn task_metric(env: &Env, status: &str) -> f64 {
+    metric(
+        &env.gw,
+        "mrtr_gateway_tasks_finished_total",
+        &[("status", status)],
+    )
+}
+
+#[tokio::test]
+async fn a_required_task_tool_runs_once_as_a_task_and_refuses_clients_without_the_extension() {
+    let (env, c) = tasks_env("", "").await;
+    // Without the extension: -32021 naming it, and the tool does not run.
+    let plain = env.client();
+    let ex = plain
+        .request("tools/call", json!({"name": "build", "arguments": {}}))
+        .await
+        .unwrap();
+    assert_eq!(ex.error_code(), Some(-32021), "{:?}", ex.error());
+    assert!(
+        ex.error().unwrap()["data"]["requiredCapabilities"]["extensions"][EXTENSION].is_object()
+    );
+
+    let client = task_client(&env);
+    let created = call(&client, "build", json!({})).await;
+    assert_eq!(created["resultType"], "task", "{created}");
+    assert_eq!(created["status"], "working");
+    assert_eq!(created["pollIntervalMs"], 20);
+    assert_eq!(created["ttlMs"], 3_600_000);
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    let mid = wait_for(&client, &id, "completed").await;
+    let done = if mid["status"] == "completed" {
+        mid
+    } else {
+        wait_for(&client, &id, "completed").await
+    };
+    assert_eq!(done["resultType"], "complete");
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(text(&done["result"]), "built");
+    // Asked again, the same answer; the body ran once.
+    assert_eq!(get(&client, &id).await["result"], done["result"]);
+    assert_eq!(c.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(task_metric(&env, "completed"), 1.0);
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_requests_total",
+            &[("method", "tools/call"), ("outcome", "task")]
+        ),
+        1.0
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn progress_shows_as_the_status_message_while_working() {
+    let (env, _c) = tasks_env("", "").await;
+    let client = task_client(&env);
+    let id = call(&client, "build", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut seen = None;
+    for _ in 0..100 {
+        let t = get(&client, &id).await;
+        if t["status"] == "working" && t["statusMessage"].is_string() {
+            seen = Some(t["statusMessage"].as_str().unwrap().to_owned());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(seen.as_deref(), Some("compiling (1.0/2.0)"));
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn questions_come_through_tasks_get_and_answers_through_tasks_update() {
+    let (env, _c) = tasks_env("", "").await;
+    let client = task_client(&env);
+    let id = call(&client, "ask", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut keys = Vec::new();
+    for (round, field, answer) in [(1, "name", "Ada"), (2, "colour", "green")] {
+        let t = wait_for(&client, &id, "input_required").await;
+        assert_eq!(t["status"], "input_required", "{t}");
+        let requests = t["inputRequests"].as_object().unwrap();
+        assert_eq!(requests.len(), 1, "{t}");
+        let (key, request) = requests.iter().next().unwrap();
+        assert!(key.starts_with(&format!("{round}-")), "{key}");
+        assert!(!keys.contains(key), "a key is never reused: {key}");
+        keys.push(key.clone());
+        assert_eq!(request["method"], "elicitation/create");
+        assert!(request["params"]["requestedSchema"]["properties"][field].is_object());
+        // An answer to a key that is not outstanding is ignored: still waiting.
+        let ack = client
+            .request(
+                "tasks/update",
+                json!({"taskId": id, "inputResponses": {"9-nope": {"action": "accept"}}}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(ack.result().unwrap()["resultType"], "complete");
+        assert_eq!(get(&client, &id).await["status"], "input_required");
+        let ack = client
+            .request(
+                "tasks/update",
+                json!({"taskId": id, "inputResponses": {
+                    key: {"action": "accept", "content": {field: answer}}
+                }}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(ack.result().unwrap()["resultType"], "complete");
+        // Back to working (or further) before the next round's question.
+        let after = get(&client, &id).await;
+        assert!(
+            after.get("inputRequests").is_none() || after["inputRequests"] != t["inputRequests"]
+        );
+    }
+    let done = wait_for(&client, &id, "completed").await;
+    assert_eq!(text(&done["result"]), "Ada likes green", "{done}");
+    assert_eq!(
+        metric(&env.gw, "mrtr_gateway_task_input_rounds_total", &[]),
+        2.0
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_tool_error_completes_and_a_json_rpc_error_fails() {
+    let (env, _c) = tasks_env("", "").await;
+    let client = task_client(&env);
+    let id = call(&client, "broken", json!({"tool_error": true})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let t = wait_for(&client, &id, "completed").await;
+    assert_eq!(t["status"], "completed", "{t}");
+    assert_eq!(t["result"]["isError"], true);
+
+    let id = call(&client, "broken", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let t = wait_for(&client, &id, "failed").await;
+    assert_eq!(t["status"], "failed", "{t}");
+    assert_eq!(t["error"]["code"], -32603, "{t}");
+    assert!(t.get("result").is_none());
+    assert_eq!(task_metric(&env, "failed"), 1.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn tasks_cancel_stops_the_legacy_call() {
+    let (env, c) = tasks_env("", "").await;
+    let client = task_client(&env);
+    let id = call(&client, "slow", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ack = client
+        .request("tasks/cancel", json!({"taskId": id}))
+        .await
+        .unwrap();
+    assert_eq!(ack.result().unwrap()["resultType"], "complete");
+    assert_eq!(get(&client, &id).await["status"], "cancelled");
+    for _ in 0..200 {
+        if !env.legacy.stats().cancellations().is_empty() && task_metric(&env, "cancelled") == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        env.legacy.stats().cancellations().len(),
+        1,
+        "the legacy call was cancelled upstream (notifications/cancelled)"
+    );
+    assert_eq!(c.runs.load(Ordering::SeqCst), 0);
+    assert_eq!(task_metric(&env, "cancelled"), 1.0);
+    assert_eq!(get(&client, &id).await["status"], "cancelled");
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn an_optional_task_tool_is_an_ordinary_call_for_a_client_without_the_extension() {
+    let (env, _c) = tasks_env("", "").await;
+    let result = call(&env.client(), "broken", json!({"tool_error": true})).await;
+    assert_eq!(result["resultType"], "complete", "{result}");
+    assert_eq!(result["isError"], true);
+    assert_eq!(
+        metric(&env.gw, "mrtr_gateway_tasks_created_total", &[]),
+        0.0
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_task_is_unknown_to_another_principal_and_after_nothing_at_all() {
+    let (env, _c) = tasks_env("", "[auth]\nmode = \"header\"\n").await;
+    let as_user = |user: &str| {
+        let mut c = task_client(&env);
+        c.headers
+            .insert("x-authenticated-user", user.parse().unwrap());
+        c
+    };
+    let alice = as_user("alice");
+    let bob = as_user("bob");
+    let id = call(&alice, "build", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
+        let ex = bob
+            .request(method, json!({"taskId": id, "inputResponses": {}}))
+            .await
+            .unwrap();
+        assert_eq!(ex.error_code(), Some(-32602), "{method}: {:?}", ex.error());
+        let never = bob
+            .request(
+                method,
+                json!({"taskId": "no-such-task", "inputResponses": {}}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            never.error().unwrap()["message"],
+            ex.error().unwrap()["message"],
+            "another's task looks like none at all"
+        );
+    }
+    // Bob's cancel did nothing: Alice's task finishes.
+    assert_eq!(
+        wait_for(&alice, &id, "completed").await["status"],
+        "completed"
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn unfinished_tasks_are_bounded_per_caller_and_the_call_does_not_run() {
+    let (env, c) = tasks_env("max_running_per_principal = 1\n", "").await;
+    let client = task_client(&env);
+    let first = call(&client, "slow", json!({})).await;
+    assert_eq!(first["resultType"], "task");
+    let ex = client
+        .request("tools/call", json!({"name": "build", "arguments": {}}))
+        .await
+        .unwrap();
+    assert_eq!(ex.status.as_u16(), 429, "{:?}", ex.error());
+    assert_eq!(
+        c.runs.load(Ordering::SeqCst),
+        0,
+        "the refused call did not run"
+    );
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_limit_hits_total",
+            &[("limit", "tasks_max_running_per_principal")]
+        ),
+        1.0
+    );
+    // Once the first is cancelled, its place is free.
+    let id = first["taskId"].as_str().unwrap();
+    client
+        .request("tasks/cancel", json!({"taskId": id}))
+        .await
+        .unwrap();
+    let mut created = None;
+    for _ in 0..100 {
+        let ex = client
+            .request("tools/call", json!({"name": "build", "arguments": {}}))
+            .await
+            .unwrap();
+        if let Some(r) = ex.result() {
+            created = Some(r.clone());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(created.unwrap()["resultType"], "task");
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_task_past_its_ttl_fails_and_its_legacy_call_is_cancelled() {
+    let (env, _c) = tasks_env("ttl = \"1s\"\n", "").await;
+    let client = task_client(&env);
+    let id = call(&client, "slow", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let t = wait_for(&client, &id, "failed").await;
+    assert_eq!(t["status"], "failed", "{t}");
+    assert!(t["statusMessage"].as_str().unwrap().contains("TTL"), "{t}");
+    assert!(!env.legacy.stats().cancellations().is_empty());
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_drain_waits_for_tasks_then_fails_the_unfinished_ones() {
+    let (env, _c) = tasks_env("", "").await;
+    let client = task_client(&env);
+    let quick = call(&client, "build", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let stuck = call(&client, "slow", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(800);
+    let given_up = env.gw.finish_tasks(deadline).await;
+    assert_eq!(given_up, 1, "only the stuck task was left at the deadline");
+    assert_eq!(get(&client, &quick).await["status"], "completed");
+    let t = get(&client, &stuck).await;
+    assert_eq!(t["status"], "failed", "{t}");
+    assert_eq!(t["error"]["code"], -32603, "{t}");
+    assert_eq!(metric(&env.gw, "mrtr_gateway_tasks_running", &[]), 0.0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn discover_advertises_the_extension_unless_tasks_are_off() {
+    for (extra, advertised) in [("", true), ("enabled = false\n", false)] {
+        let (env, _c) = tasks_env(extra, "").await;
+        let d = env
+            .client()
+            .request("server/discover", json!({}))
+            .await
+            .unwrap();
+        let d = d.result().unwrap();
+        assert_eq!(
+            d["capabilities"]["extensions"][EXTENSION].is_object(),
+            advertised,
+            "{d}"
+        );
+        if !advertised {
+            let ex = task_client(&env)
+                .request("tasks/get", json!({"taskId": "x"}))
+                .await
+                .unwrap();
+            assert_eq!(ex.error_code(), Some(-32601));
+            let plain = call(&task_client(&env), "build", json!({})).await;
+            assert_eq!(plain["resultType"], "complete", "{plain}");
+        }
+        env.stop().await;
+    }
+}
+
+/// A real peer: the official Python SDK (`mcp==2.3.0` `Client`, `tests/peers/tasks_client.py`)
+/// drives a task in front of the Python FastMCP legacy server: `tools/call` comes back as a
+/// task, `tasks/get` shows the tool's question, `tasks/update` answers it, and the task
+/// completes with what the tool returns; the tool body ran once.
+#[tokio::test]
+async fn the_official_python_sdk_drives_a_task_with_a_question_end_to_end() {
+    use crate::support::peers::{PyLegacyServer, modern_python, repo, successful_stdout};
+
+    let legacy = PyLegacyServer::start(&[]).await;
+    let cfg = config(
+        &legacy.url(),
+        "",
+        "",
+        "[tasks]\npoll_interval = \"50ms\"\n\
+         [[tasks.rules]]\nname = \"slow_then_ask\"\nsupport = \"required\"\n",
+    );
+    let (_gw, running, url) = start_gateway(cfg).await;
+    let out = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new(modern_python())
+            .arg(repo().join("tests/peers/tasks_client.py"))
+            .args(["--url", &url, "--tool", "slow_then_ask"])
+            .args(["--args", r#"{"seconds": 0.3}"#])
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("tasks_client.py finishes within 90 s")
+    .expect("tasks_client.py runs");
+    let stdout = successful_stdout(&out, "tasks_client.py");
+    let r: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("bad report ({e}): {stdout}"));
+
+    assert_eq!(r["ok"], true, "{r:#}");
+    assert_eq!(r["created"]["resultType"], "task", "{r:#}");
+    assert_eq!(r["created"]["status"], "working", "{r:#}");
+    assert_eq!(r["created"]["pollIntervalMs"], 50, "{r:#}");
+    let statuses: Vec<&str> = r["statuses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert_eq!(statuses.first(), Some(&"working"), "{r:#}");
+    assert!(statuses.contains(&"input_required"), "{r:#}");
+    assert_eq!(statuses.last(), Some(&"completed"), "{r:#}");
+    let keys = r["inputRequestKeys"].as_array().unwrap();
+    assert_eq!(keys.len(), 1, "one question: {r:#}");
+    assert!(keys[0].as_str().unwrap().starts_with("1-"), "{r:#}");
+    assert_eq!(r["questions"], json!(["What is your name?"]), "{r:#}");
+    assert_eq!(r["callbacks"]["elicitation"], 1, "{r:#}");
+    assert_eq!(r["updates"], json!([{"resultType": "complete"}]), "{r:#}");
+    assert_eq!(
+        crate::support::peers::result_text(&r),
+        "Hello after 0.3s, Ada!",
+        "{r:#}"
+    );
+    // The SDK named the task in Mcp-Name on every tasks/* request, and each was accepted.
+    let id = r["created"]["taskId"].as_str().unwrap();
+    let tasks_posts: Vec<&Value> = r["http"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["method"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("tasks/"))
+        })
+        .collect();
+    assert!(tasks_posts.len() >= 3, "{r:#}");
+    for e in tasks_posts {
+        assert_eq!(e["status"], 200, "{e}");
+        assert_eq!(e["headers"]["mcp-name"], id, "{e}");
+        assert_eq!(e["headers"]["mcp-method"], e["method"], "{e}");
+        assert_eq!(e["headers"]["mcp-protocol-version"], "2026-07-28", "{e}");
+    }
+    assert_eq!(legacy.starts("slow_then_ask"), 1, "the tool body ran once");
+    running.stop().await;
+    legacy.kill().await;
+}
