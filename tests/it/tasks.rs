@@ -17,7 +17,8 @@ const EXTENSION: &str = "io.modelcontextprotocol/tasks";
 const RULES: &str = "[[tasks.rules]]\nname = \"build\"\nsupport = \"required\"\n\
     [[tasks.rules]]\nname = \"ask\"\nsupport = \"optional\"\n\
     [[tasks.rules]]\nname = \"broken\"\nsupport = \"optional\"\n\
-    [[tasks.rules]]\nname = \"slow\"\nsupport = \"optional\"\n";
+    [[tasks.rules]]\nname = \"slow\"\nsupport = \"optional\"\n\
+    [[tasks.rules]]\nname = \"nap\"\nsupport = \"optional\"\n";
 
 /// `build` (counted: how many times its body ran) reports progress and answers "built";
 /// `ask` asks a name and a colour, then greets; `broken` fails with a JSON-RPC error, or with
@@ -62,6 +63,16 @@ fn handlers(runs: Arc<AtomicUsize>) -> Handlers {
                 } else {
                     Err(RpcError::new(-32603, "the build farm is down"))
                 }
+            },
+        )
+        .tool(
+            "nap",
+            "sleeps ms",
+            json!({"type": "object"}),
+            |_ctx, args| async move {
+                let ms = args["ms"].as_u64().unwrap_or(100);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(tool_text(format!("napped {ms}")))
             },
         )
         .tool(
@@ -567,4 +578,226 @@ async fn the_official_python_sdk_drives_a_task_with_a_question_end_to_end() {
     assert_eq!(legacy.starts("slow_then_ask"), 1, "the tool body ran once");
     running.stop().await;
     legacy.kill().await;
+}
+
+/// Two gateways sharing a real Redis (`[single_use] store = "redis"`), `tasks_keys` in
+/// `[tasks]` and `extra` after it.
+async fn fleet(
+    tasks_keys: &str,
+    extra: &str,
+) -> (
+    crate::support::procs::Redis,
+    mrtr_testkit::legacy_server::LegacyServer,
+    Vec<(
+        Arc<mrtr_gateway::gateway::Gateway>,
+        mrtr_gateway::front::listener::Running,
+        String,
+    )>,
+) {
+    let redis = crate::support::procs::start_redis().await;
+    let legacy = mrtr_testkit::legacy_server::LegacyServer::start(
+        Default::default(),
+        handlers(Arc::new(AtomicUsize::new(0))),
+    )
+    .await
+    .unwrap();
+    let cfg = format!(
+        "[tasks]\npoll_interval = \"20ms\"\n{tasks_keys}{RULES}[single_use]\nstore = \"redis\"\n\
+         [single_use.redis]\nurls = [\"redis://127.0.0.1:{}\"]\n{extra}",
+        redis.port
+    );
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        replicas.push(start_gateway(config(&legacy.url(), "", "", &cfg)).await);
+    }
+    (redis, legacy, replicas)
+}
+
+fn fleet_client(url: &str, user: &str) -> ModernClient {
+    let mut c = ModernClient::new(url)
+        .with_capabilities(json!({"elicitation": {"form": {}}, "extensions": {EXTENSION: {}}}));
+    c.headers
+        .insert("x-authenticated-user", user.parse().unwrap());
+    c
+}
+
+#[tokio::test]
+async fn with_redis_any_replica_shows_answers_and_finishes_a_task_the_body_runs_once() {
+    let (_redis, legacy, replicas) = fleet("", "[auth]\nmode = \"header\"\n").await;
+    let a = fleet_client(&replicas[0].2, "alice");
+    let b = fleet_client(&replicas[1].2, "alice");
+    let id = call(&a, "ask", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Another principal, on either replica: unknown.
+    let mallory = fleet_client(&replicas[1].2, "mallory");
+    for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
+        let ex = mallory
+            .request(method, json!({"taskId": id, "inputResponses": {}}))
+            .await
+            .unwrap();
+        assert_eq!(ex.error_code(), Some(-32602), "{method}: {:?}", ex.error());
+    }
+    // The questions show on the replica not running the call too; answers are given on
+    // either, alternating.
+    for (asker, answerer, field, answer) in [(&a, &b, "name", "Ada"), (&b, &a, "colour", "green")] {
+        let t = wait_for(asker, &id, "input_required").await;
+        assert_eq!(t["status"], "input_required", "{t}");
+        let (key, request) = t["inputRequests"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .next()
+            .unwrap();
+        assert!(
+            request["params"]["requestedSchema"]["properties"][field].is_object(),
+            "{t}"
+        );
+        let ack = answerer
+            .request(
+                "tasks/update",
+                json!({"taskId": id, "inputResponses": {
+                    key: {"action": "accept", "content": {field: answer}}
+                }}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(ack.result().unwrap()["resultType"], "complete");
+        // The question goes away once the runner took the answer.
+        let mut gone = false;
+        for _ in 0..200 {
+            let now = get(&b, &id).await;
+            if now.get("inputRequests").and_then(|r| r.get(key)).is_none() {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(gone, "{key} still asked");
+    }
+    let done = wait_for(&b, &id, "completed").await;
+    assert_eq!(text(&done["result"]), "Ada likes green", "{done}");
+    assert_eq!(get(&a, &id).await["result"], done["result"]);
+    assert_eq!(
+        legacy.stats().tool_starts("ask"),
+        1,
+        "the tool body ran once"
+    );
+    for (_, running, _) in replicas {
+        running.stop().await;
+    }
+    legacy.shutdown().await;
+}
+
+#[tokio::test]
+async fn with_redis_a_cancel_on_another_replica_stops_the_call() {
+    let (_redis, legacy, replicas) = fleet("", "").await;
+    let a = fleet_client(&replicas[0].2, "anyone");
+    let b = fleet_client(&replicas[1].2, "anyone");
+    let id = call(&a, "slow", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ack = b
+        .request("tasks/cancel", json!({"taskId": id}))
+        .await
+        .unwrap();
+    assert_eq!(ack.result().unwrap()["resultType"], "complete");
+    assert_eq!(get(&a, &id).await["status"], "cancelled");
+    // A learns it at its next heartbeat (within a second) and cancels the legacy call.
+    for _ in 0..150 {
+        if !legacy.stats().cancellations().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        legacy.stats().cancellations().len(),
+        1,
+        "cancelled upstream"
+    );
+    assert_eq!(get(&b, &id).await["status"], "cancelled");
+    for (_, running, _) in replicas {
+        running.stop().await;
+    }
+    legacy.shutdown().await;
+}
+
+#[tokio::test]
+async fn with_redis_a_running_task_outlives_its_lease_through_heartbeats() {
+    let (_redis, legacy, replicas) = fleet("lease = \"1s\"\n", "").await;
+    let a = fleet_client(&replicas[0].2, "anyone");
+    let b = fleet_client(&replicas[1].2, "anyone");
+    let id = call(&a, "nap", json!({"ms": 2500})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    assert_eq!(get(&b, &id).await["status"], "working", "renewed, not lost");
+    let done = wait_for(&b, &id, "completed").await;
+    assert_eq!(text(&done["result"]), "napped 2500", "{done}");
+    assert_eq!(legacy.stats().tool_starts("nap"), 1);
+    for (_, running, _) in replicas {
+        running.stop().await;
+    }
+    legacy.shutdown().await;
+}
+
+/// A replica that dies leaves its task's record with a lease nobody renews: the next reader,
+/// on any replica, fails the task (it is never run again).
+#[tokio::test]
+async fn with_redis_a_task_whose_replica_died_fails_at_the_next_read() {
+    use mrtr_gateway::tasks::fleet::FleetTasks;
+    use mrtr_gateway::tasks::record::Task;
+    let (_redis, legacy, replicas) = fleet("", "[auth]\nmode = \"header\"\n").await;
+    let store = FleetTasks::new(replicas[0].0.engine.single_use().redis().unwrap());
+    // What the dead replica last wrote: working, vouched for until a moment ago.
+    let principal = "alice";
+    let caller =
+        mrtr_gateway::caller_scope::Caller::of(principal, [127, 0, 0, 1].into(), false, 64);
+    let task = Task::new(
+        "dead-replica-task".into(),
+        principal.into(),
+        caller,
+        Duration::from_secs(3600),
+        Duration::from_secs(1),
+    );
+    let lapsed = std::time::SystemTime::now() - Duration::from_secs(1);
+    assert!(store.put(&task, lapsed).await.unwrap());
+    let b = fleet_client(&replicas[1].2, principal);
+    let t = get(&b, "dead-replica-task").await;
+    assert_eq!(t["status"], "failed", "{t}");
+    assert_eq!(t["error"]["code"], -32603, "{t}");
+    assert!(
+        t["statusMessage"].as_str().unwrap().contains("stopped"),
+        "{t}"
+    );
+    assert_eq!(task_metric_of(&replicas[1].0, "failed"), 1.0);
+    // Read again, on the other replica: the same failure, counted once.
+    let again = get(
+        &fleet_client(&replicas[0].2, principal),
+        "dead-replica-task",
+    )
+    .await;
+    assert_eq!(again["status"], "failed");
+    assert_eq!(again["lastUpdatedAt"], t["lastUpdatedAt"]);
+    assert_eq!(task_metric_of(&replicas[0].0, "failed"), 0.0);
+    // The dead replica's late write cannot bring it back.
+    let later = std::time::SystemTime::now() + Duration::from_secs(60);
+    assert!(!store.put(&task, later).await.unwrap());
+    assert_eq!(get(&b, "dead-replica-task").await["status"], "failed");
+    for (_, running, _) in replicas {
+        running.stop().await;
+    }
+    legacy.shutdown().await;
+}
+
+fn task_metric_of(gw: &mrtr_gateway::gateway::Gateway, status: &str) -> f64 {
+    metric(
+        gw,
+        "mrtr_gateway_tasks_finished_total",
+        &[("status", status)],
+    )
 }

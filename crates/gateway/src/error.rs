@@ -168,6 +168,9 @@ pub enum RejectionKind {
     TaskQuota,
     /// The replica runs `tasks.max_running` unfinished tasks.
     TasksFull,
+    /// The replica running a task stopped before it finished (its lease ran out): the task
+    /// failed with this; it never runs again.
+    TaskLost,
 
     // Authentication (`auth::AuthFailure`).
     AuthMissing,
@@ -290,6 +293,7 @@ impl RejectionKind {
             K::TaskUnknown => "task_unknown",
             K::TaskQuota => "task_quota",
             K::TasksFull => "tasks_full",
+            K::TaskLost => "task_lost",
             K::AuthMissing => "auth_missing",
             K::AuthMalformed => "auth_malformed",
             K::AuthExpired => "auth_expired",
@@ -397,6 +401,7 @@ impl RejectionKind {
             K::TaskUnknown,
             K::TaskQuota,
             K::TasksFull,
+            K::TaskLost,
             K::AuthMissing,
             K::AuthMalformed,
             K::AuthExpired,
@@ -545,6 +550,7 @@ impl RejectionKind {
             K::LegacySessionUnsendable
             | K::ParkingFull
             | K::TasksFull
+            | K::TaskLost
             | K::AuthKeysUnavailable
             | K::StdioMaxChildren
             | K::Overloaded

@@ -48,6 +48,9 @@ pub struct TasksConfig {
     pub ttl: Duration,
     /// The `pollIntervalMs` clients are asked to keep between two `tasks/get`.
     pub poll_interval: Duration,
+    /// With the fleet store: how long a replica vouches for a task it runs without renewing
+    /// (it renews every third of it); a task whose lease ran out is failed by whoever reads it.
+    pub lease: Duration,
     /// Unfinished tasks on this replica, and one caller's share of them.
     pub running: FairShare,
     /// Task records kept on this replica, finished ones included (the oldest finished one
@@ -111,6 +114,13 @@ pub(super) fn tasks_config(
             "must be at least \"10ms\" and at most tasks.ttl",
         ));
     }
+    let lease = duration("tasks.lease", &raw.lease)?;
+    if lease < Duration::from_secs(1) || lease > Duration::from_secs(600) {
+        return Err(ConfigError::new(
+            "tasks.lease",
+            "must be between \"1s\" and \"10m\"",
+        ));
+    }
     let max_running = positive_size("tasks.max_running", raw.max_running)?;
     let per_principal = raw
         .max_running_per_principal
@@ -128,6 +138,7 @@ pub(super) fn tasks_config(
         rules,
         ttl,
         poll_interval,
+        lease,
         running: FairShare::of(max_running, per_principal, fractions),
         max_kept,
     })
@@ -224,6 +235,13 @@ mod tests {
                 ..Default::default()
             }),
             "tasks.poll_interval"
+        );
+        assert_eq!(
+            bad(RawTasks {
+                lease: "100ms".into(),
+                ..Default::default()
+            }),
+            "tasks.lease"
         );
         assert_eq!(
             bad(RawTasks {

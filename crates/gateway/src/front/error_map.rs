@@ -171,6 +171,7 @@ pub fn row(kind: RejectionKind) -> Row {
         }
         K::AuthKeysUnavailable => row_of(UNAVAILABLE, INTERNAL_ERROR),
         K::LegacySessionUnsendable
+        | K::TaskLost
         | K::SingleUseCorrupt
         | K::SingleUseInvalidId
         | K::InternalPanic => row_of(INTERNAL, INTERNAL_ERROR),
@@ -328,9 +329,10 @@ mod tests {
             K::TaskUnknown => 86,
             K::TaskQuota => 87,
             K::TasksFull => 88,
+            K::TaskLost => 89,
         }
     }
-    const VARIANTS: usize = 89;
+    const VARIANTS: usize = 90;
 
     /// Kind, HTTP status, JSON-RPC code, reason, fault, `Retry-After` seconds.
     type Expected = (RejectionKind, u16, i64, &'static str, Fault, Option<u64>);
@@ -392,6 +394,7 @@ mod tests {
             (K::TaskUnknown, 400, -32602, "task_unknown", Client, None),
             (K::TaskQuota, 429, -32603, "task_quota", Client, Some(5)),
             (K::TasksFull, 503, -32603, "tasks_full", Internal, Some(1)),
+            (K::TaskLost, 500, -32603, "task_lost", Internal, None),
             (K::AuthMissing, 401, -32600, "auth_missing", Client, None),
             (K::AuthMalformed, 401, -32600, "auth_malformed", Client, None),
             (K::AuthExpired, 401, -32600, "auth_expired", Client, None),

@@ -392,7 +392,7 @@ async fn serve(front: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<
     match route {
         Route::Listen => serve_listen(&front, routed).await,
         Route::Discover => serve_discover(&front, routed).await,
-        Route::Tasks => serve_tasks(&front, routed),
+        Route::Tasks => serve_tasks(&front, routed).await,
         _ => serve_call(front, routed, span).await,
     }
 }
@@ -457,12 +457,19 @@ async fn serve_discover(front: &Front, r: Routed) -> Response<Body> {
 }
 
 /// `tasks/get`, `tasks/update`, `tasks/cancel`: answered from this replica's tasks.
-fn serve_tasks(front: &Front, r: Routed) -> Response<Body> {
+async fn serve_tasks(front: &Front, r: Routed) -> Response<Body> {
     let outcome = if front.config().tasks.enabled {
         let params = r.env.params.clone().unwrap_or(Value::Null);
         front
             .tasks
-            .serve(&r.env.method, &params, r.principal.as_str())
+            .serve(
+                &front.engine,
+                &r.env.method,
+                &params,
+                r.principal.as_str(),
+                error_map::status_and_error,
+            )
+            .await
     } else {
         Err(Rejection::method_not_found(&r.env.method))
     };
@@ -506,7 +513,8 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
         Ok(Plan::Task) => {
             let created = front
                 .tasks
-                .create(&front.engine, call, error_map::status_and_error);
+                .create(&front.engine, call, error_map::status_and_error)
+                .await;
             return match created {
                 Ok(result) => {
                     let response = respond::json(

@@ -612,6 +612,15 @@ impl SingleUseStore {
         }
     }
 
+    /// The Redis store, when claims are kept there: the fleet store other fleet-wide records
+    /// (tasks) share, with its connection, key prefix and timeouts.
+    pub fn redis(&self) -> Option<RedisStore> {
+        match &self.backend {
+            Backend::Memory(_) => None,
+            Backend::Redis(r) => Some(r.clone()),
+        }
+    }
+
     /// Whether claims are this replica's alone (the memory store).
     pub fn per_replica(&self) -> bool {
         matches!(self.backend, Backend::Memory(_))

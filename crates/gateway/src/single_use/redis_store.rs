@@ -388,6 +388,29 @@ impl RedisStore {
         }
     }
 
+    /// `name` under this store's key prefix (other records sharing the fleet store).
+    pub fn prefixed(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// Runs `script` with `keys` and `args`, bounded by the command timeout (other records
+    /// sharing the fleet store).
+    pub async fn eval<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<T, StoreError> {
+        let mut invocation = script.prepare_invoke();
+        for k in keys {
+            invocation.key(*k);
+        }
+        for a in args {
+            invocation.arg(*a);
+        }
+        self.invoke(&invocation).await
+    }
+
     fn keys(&self, id: &str) -> Keys {
         let prefix = &self.prefix;
         Keys {

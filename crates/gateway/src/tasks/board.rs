@@ -23,6 +23,15 @@ use crate::error::{Rejection, RejectionKind};
 use crate::fair_share::ShareRefusal;
 use crate::metrics::{Limit, LimitHits};
 
+/// The answer for a task id this caller does not have: the same whether it never existed, is
+/// another principal's, or has been forgotten.
+pub fn unknown() -> Rejection {
+    Rejection::new(
+        RejectionKind::TaskUnknown,
+        "Failed to retrieve task: no such task (it never existed, or has expired)",
+    )
+}
+
 /// One task on this replica.
 pub struct Entry {
     task: Mutex<Task>,
@@ -207,12 +216,12 @@ impl Board {
             t.principal == principal
                 && (!t.status.is_terminal() || t.forgotten_at() > SystemTime::now())
         });
-        visible.ok_or_else(|| {
-            Rejection::new(
-                RejectionKind::TaskUnknown,
-                "Failed to retrieve task: no such task (it never existed here, or has expired)",
-            )
-        })
+        visible.ok_or_else(unknown)
+    }
+
+    /// Forgets the record `id` (a task whose creation failed).
+    pub fn forget(&self, id: &str) {
+        self.entries.remove(id);
     }
 
     /// A task's call has ended: its place is free.

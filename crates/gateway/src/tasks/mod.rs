@@ -13,11 +13,15 @@
 //! (-32602), exactly like one that never existed. A required-task tool called by a client that
 //! did not declare the extension gets -32021 naming the extension.
 //!
-//! The records live on the replica that created the task ([`board`]): `tasks/*` must reach
-//! that replica (the spec's `Mcp-Name: <taskId>` header is there for routing). Keeping them in
-//! the fleet store, so that any replica can answer, is not built yet.
+//! The call runs on the replica that created the task ([`board`] bounds them there). Where
+//! its record lives depends on the single-use store: with the memory store, on that replica
+//! only (`tasks/*` must reach it; the spec's `Mcp-Name: <taskId>` header is there for
+//! routing); with Redis, in the fleet store ([`fleet`]), so any replica answers `tasks/*`, a
+//! cancel or an answer given elsewhere reaches the runner, and a task whose replica died is
+//! failed by the next reader once the runner's lease runs out (it never runs twice).
 
 pub mod board;
+pub mod fleet;
 pub mod record;
 mod runner;
 
@@ -34,6 +38,7 @@ use crate::mrtr::deps::Engine;
 use crate::mrtr::engine::Call;
 use crate::request_id::RequestId;
 use board::Board;
+use fleet::FleetTasks;
 use record::{Status, Task};
 
 /// The extension's identifier, in capabilities.
@@ -103,9 +108,10 @@ impl Tasks {
         }
     }
 
-    /// Creates a task for `call` and starts it; returns its `CreateTaskResult`. `render` is how
-    /// the front answers an error (a failed task carries that error).
-    pub fn create(
+    /// Creates a task for `call` and starts it; returns its `CreateTaskResult` once a
+    /// `tasks/get` for it would find it (with the fleet store: once it is written there).
+    /// `render` is how the front answers an error (a failed task carries that error).
+    pub async fn create(
         &self,
         engine: &Arc<Engine>,
         mut call: Call,
@@ -119,7 +125,20 @@ impl Tasks {
             cfg.tasks.ttl,
             cfg.tasks.poll_interval,
         );
+        let caller = task.caller.clone();
         let entry = self.board.admit(task, &cfg.tasks)?;
+        let fleet = engine.single_use().redis().map(|r| runner::Fleet {
+            store: FleetTasks::new(r),
+            lease: cfg.tasks.lease,
+        });
+        if let Some(f) = &fleet {
+            let snapshot = entry.task().clone();
+            if let Err(e) = f.store.put(&snapshot, f.lease_from_now()).await {
+                self.board.forget(&snapshot.id);
+                self.board.finished(&caller);
+                return Err(e.into());
+            }
+        }
         // The legacy server reports progress only under a token: the task asks for it (its
         // messages become the status message), under the client's own token if it sent one.
         if call.meta.progress_token.is_none() {
@@ -139,6 +158,7 @@ impl Tasks {
         tracing::info!(
             call = %call.describe(),
             task_id = created["taskId"].as_str().unwrap_or(""),
+            fleet = fleet.is_some(),
             "a tool call became a task"
         );
         let running = runner::Running {
@@ -147,6 +167,7 @@ impl Tasks {
             metrics: self.metrics.clone(),
             entry,
             render,
+            fleet,
         };
         tokio::spawn(RequestId::carry(
             runner::run(running, call).in_current_span(),
@@ -154,8 +175,16 @@ impl Tasks {
         Ok(created)
     }
 
-    /// Serves `tasks/get`, `tasks/update` or `tasks/cancel` for `principal`.
-    pub fn serve(&self, method: &str, params: &Value, principal: &str) -> Result<Value, Rejection> {
+    /// Serves `tasks/get`, `tasks/update` or `tasks/cancel` for `principal`: from the fleet
+    /// store when there is one (any replica answers), otherwise from this replica's tasks.
+    pub async fn serve(
+        &self,
+        engine: &Engine,
+        method: &str,
+        params: &Value,
+        principal: &str,
+        render: Render,
+    ) -> Result<Value, Rejection> {
         let id = params
             .get("taskId")
             .and_then(Value::as_str)
@@ -165,20 +194,42 @@ impl Tasks {
                     "params.taskId must be a string",
                 )
             })?;
+        let answers = || match params.get("inputResponses") {
+            Some(Value::Object(m)) => Ok(m.clone()),
+            _ => Err(Rejection::new(
+                RejectionKind::BadInputResponse,
+                "params.inputResponses must be an object keyed like inputRequests",
+            )),
+        };
+        if let Some(redis) = engine.single_use().redis() {
+            let fleet = FleetTasks::new(redis);
+            return match method {
+                "tasks/get" => Ok(self
+                    .read_fleet(&fleet, id, principal, render)
+                    .await?
+                    .detailed()),
+                "tasks/update" => match fleet.answer(id, principal, &answers()?).await? {
+                    fleet::Answered::UnknownTask => Err(board::unknown()),
+                    fleet::Answered::Kept(_) => Ok(ack()),
+                },
+                "tasks/cancel" => {
+                    if !fleet.cancel(id, principal).await? {
+                        return Err(board::unknown());
+                    }
+                    // Running here: stop it now rather than at its next heartbeat.
+                    if let Ok(entry) = self.board.lookup(id, principal) {
+                        entry.cancel.cancel();
+                    }
+                    Ok(ack())
+                }
+                other => Err(Rejection::method_not_found(other)),
+            };
+        }
         let entry = self.board.lookup(id, principal)?;
         match method {
             "tasks/get" => Ok(entry.task().detailed()),
             "tasks/update" => {
-                let answers = match params.get("inputResponses") {
-                    Some(Value::Object(m)) => m.clone(),
-                    _ => {
-                        return Err(Rejection::new(
-                            RejectionKind::BadInputResponse,
-                            "params.inputResponses must be an object keyed like inputRequests",
-                        ));
-                    }
-                };
-                let kept = entry.give_answers(answers);
+                let kept = entry.give_answers(answers()?);
                 tracing::debug!(task_id = id, kept, "tasks/update");
                 Ok(ack())
             }
@@ -194,6 +245,39 @@ impl Tasks {
             }
             other => Err(Rejection::method_not_found(other)),
         }
+    }
+
+    /// The task `id` of `principal` from the fleet store; one whose runner's lease ran out is
+    /// declared lost first (and fails: it never runs again).
+    async fn read_fleet(
+        &self,
+        fleet: &FleetTasks,
+        id: &str,
+        principal: &str,
+        render: Render,
+    ) -> Result<Task, Rejection> {
+        let mut stored = fleet.read(id).await?;
+        if stored.as_ref().is_some_and(|s| s.lease_lapsed()) {
+            if fleet.declare_lost(id).await? {
+                self.metrics.finished(crate::metrics::TaskEnd::Failed);
+                tracing::warn!(
+                    task_id = id,
+                    "a task's replica stopped before it finished: failed"
+                );
+            }
+            stored = fleet.read(id).await?;
+        }
+        let stored = stored
+            .filter(|s| s.task.principal == principal)
+            .ok_or_else(board::unknown)?;
+        Ok(stored.view(|| {
+            let (_, error) = render(&Rejection::new(
+                RejectionKind::TaskLost,
+                "the gateway replica running this task stopped before it finished; the call's outcome is unknown",
+            ));
+            let message = error.message.clone();
+            (message, serde_json::to_value(error).unwrap_or_default())
+        }))
     }
 }
 

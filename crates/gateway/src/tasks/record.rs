@@ -148,6 +148,70 @@ impl Task {
     }
 }
 
+impl Task {
+    /// The record as the fleet store keeps it (`tasks::fleet`).
+    pub fn to_stored(&self) -> Value {
+        json!({
+            "taskId": self.id,
+            "principal": self.principal,
+            "status": self.status.as_str(),
+            "statusMessage": self.status_message,
+            "created": unix_millis(self.created),
+            "updated": unix_millis(self.updated),
+            "ttlMs": millis(self.ttl),
+            "pollIntervalMs": millis(self.poll_interval),
+            "inputRequests": self.input_requests,
+            "result": self.result,
+            "error": self.error,
+        })
+    }
+
+    /// A record read back from the fleet store; `None` when it is not one.
+    pub fn from_stored(v: &Value) -> Option<Task> {
+        let status = match v.get("status")?.as_str()? {
+            "working" => Status::Working,
+            "input_required" => Status::InputRequired,
+            "completed" => Status::Completed,
+            "failed" => Status::Failed,
+            "cancelled" => Status::Cancelled,
+            _ => return None,
+        };
+        let principal = v.get("principal")?.as_str()?.to_owned();
+        let at = |k: &str| v.get(k).and_then(Value::as_u64).map(from_unix_millis);
+        let ms = |k: &str| v.get(k).and_then(Value::as_u64).map(Duration::from_millis);
+        Some(Task {
+            id: v.get("taskId")?.as_str()?.to_owned(),
+            caller: Caller::of(&principal, [0, 0, 0, 0].into(), false, 0),
+            principal,
+            status,
+            status_message: v
+                .get("statusMessage")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            created: at("created")?,
+            updated: at("updated")?,
+            ttl: ms("ttlMs")?,
+            poll_interval: ms("pollIntervalMs")?,
+            input_requests: v
+                .get("inputRequests")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
+            result: v.get("result").filter(|r| !r.is_null()).cloned(),
+            error: v.get("error").filter(|e| !e.is_null()).cloned(),
+        })
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_millis(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, millis)
+}
+
+fn from_unix_millis(ms: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -199,5 +263,21 @@ mod tests {
             (json!(-32603), json!("x"))
         );
         assert!(d.get("result").is_none());
+    }
+
+    #[test]
+    fn the_stored_form_reads_back_the_same_task() {
+        let mut t = task();
+        t.input_requests
+            .insert("1-a".into(), json!({"method": "roots/list"}));
+        t.set(Status::InputRequired, Some("waiting".into()));
+        let back = Task::from_stored(&t.to_stored()).unwrap();
+        assert_eq!(back.detailed(), t.detailed());
+        t.result =
+            Some(json!({"content": [{"type": "text", "text": "x"}], "n": 12345678901234567u64}));
+        t.set(Status::Completed, None);
+        let back = Task::from_stored(&t.to_stored()).unwrap();
+        assert_eq!(back.detailed(), t.detailed());
+        assert!(Task::from_stored(&json!({"status": "done"})).is_none());
     }
 }

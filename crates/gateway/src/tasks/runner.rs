@@ -8,11 +8,13 @@
 
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::board::{Board, Entry};
+use super::fleet::{FleetTasks, Override};
 use super::record::Status;
 use crate::error::{Rejection, RejectionKind};
 use crate::metrics::{TaskEnd, TaskMetrics};
@@ -27,7 +29,24 @@ pub(super) struct Running {
     pub metrics: Arc<TaskMetrics>,
     pub entry: Arc<Entry>,
     pub render: Render,
+    /// The fleet store the task's record is kept in, if any.
+    pub fleet: Option<Fleet>,
 }
+
+/// The fleet store of a task, and how long its runner vouches for it between heartbeats.
+pub(super) struct Fleet {
+    pub store: FleetTasks,
+    pub lease: Duration,
+}
+
+impl Fleet {
+    pub fn lease_from_now(&self) -> SystemTime {
+        SystemTime::now() + self.lease
+    }
+}
+
+/// Longest pause between two looks for answers in the fleet store.
+const ANSWER_POLL_MAX: Duration = Duration::from_millis(250);
 
 /// How a round of the call ended.
 enum Step {
@@ -47,6 +66,10 @@ pub(super) async fn run(r: Running, mut call: Call) {
     let deadline = Instant::now() + ttl;
     // Stops the call: a `tasks/cancel`, or the TTL passing.
     let stop = r.entry.cancel.child_token();
+    let heartbeat = r.fleet.as_ref().map(|f| {
+        let (entry, store, lease) = (r.entry.clone(), f.store.clone(), f.lease);
+        tokio::spawn(beat(entry, store, lease))
+    });
     let mut round = 0u32;
     let end = loop {
         let step = one_round(&r, &call, &stop, deadline).await;
@@ -69,8 +92,66 @@ pub(super) async fn run(r: Running, mut call: Call) {
             }
         }
     };
-    settle(&r, end);
+    if let Some(h) = heartbeat {
+        h.abort();
+    }
+    let end = settle(&r, end);
+    // A task another replica declared lost was counted there.
+    if record_end(&r).await != Some(Override::Lost) {
+        r.metrics.finished(end);
+    }
     r.board.finished(&caller);
+}
+
+/// With the fleet store: writes the task's final snapshot; what overrode it, if the write was
+/// refused.
+async fn record_end(r: &Running) -> Option<Override> {
+    let f = r.fleet.as_ref()?;
+    let snapshot = r.entry.task().clone();
+    match f.store.put(&snapshot, SystemTime::now()).await {
+        Ok(true) => None,
+        Ok(false) => match f.store.read(&snapshot.id).await {
+            Ok(Some(stored)) => stored.overridden.map(|(o, _)| o),
+            _ => None,
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "could not write a task's final record");
+            None
+        }
+    }
+}
+
+/// With the fleet store: renews the runner's lease (with the current snapshot, progress
+/// included) every third of it, and stops the call when the record was overridden (a
+/// `tasks/cancel` on another replica).
+async fn beat(entry: Arc<Entry>, store: FleetTasks, lease: Duration) {
+    let every = (lease / 3).min(Duration::from_secs(1));
+    loop {
+        tokio::time::sleep(every).await;
+        let snapshot = entry.task().clone();
+        match store.put(&snapshot, SystemTime::now() + lease).await {
+            Ok(true) => {}
+            Ok(false) => {
+                entry.cancel.cancel();
+                return;
+            }
+            // The store is unreachable: keep running; a reader may declare the task lost
+            // once the lease runs out, and the next write is refused then.
+            Err(e) => tracing::warn!(error = %e, "could not renew a task's lease"),
+        }
+    }
+}
+
+/// With the fleet store: writes the task's snapshot now (a status change); a refused write
+/// (cancelled or lost meanwhile) stops the call.
+async fn sync(r: &Running) {
+    let Some(f) = &r.fleet else { return };
+    let snapshot = r.entry.task().clone();
+    match f.store.put(&snapshot, f.lease_from_now()).await {
+        Ok(true) => {}
+        Ok(false) => r.entry.cancel.cancel(),
+        Err(e) => tracing::warn!(error = %e, "could not write a task's record"),
+    }
 }
 
 /// Serves the call once (one round), turning its notifications into the task's status
@@ -163,14 +244,35 @@ async fn ask(
             .map(|(k, v)| (format!("{round}-{k}"), v))
             .collect();
     }
-    let answers = loop {
-        if let Some(answers) = r.entry.take_answers(&task_keys) {
-            break answers;
-        }
-        tokio::select! {
-            res = changed.changed() => if res.is_err() { return None },
-            () = stop.cancelled() => return None,
-            () = tokio::time::sleep_until(deadline) => return None,
+    sync(r).await;
+    let answers = match &r.fleet {
+        None => loop {
+            if let Some(answers) = r.entry.take_answers(&task_keys) {
+                break answers;
+            }
+            tokio::select! {
+                res = changed.changed() => if res.is_err() { return None },
+                () = stop.cancelled() => return None,
+                () = tokio::time::sleep_until(deadline) => return None,
+            }
+        },
+        Some(f) => {
+            let (pause, id) = {
+                let t = r.entry.task();
+                (t.poll_interval.min(ANSWER_POLL_MAX), t.id.clone())
+            };
+            loop {
+                match f.store.take_answers(&id, &task_keys).await {
+                    Ok(Some(answers)) => break answers,
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "could not read a task's answers"),
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    () = stop.cancelled() => return None,
+                    () = tokio::time::sleep_until(deadline) => return None,
+                }
+            }
         }
     };
     {
@@ -180,6 +282,7 @@ async fn ask(
         }
         task.set(Status::Working, None);
     }
+    sync(r).await;
     Some(
         keys.into_iter()
             .filter_map(|(task_key, key)| answers.get(&task_key).map(|v| (key, v.clone())))
@@ -223,7 +326,7 @@ fn stopped(entry: &Entry) -> Rejection {
 
 /// Records the end: `completed` with the result, `cancelled` after `tasks/cancel`, otherwise
 /// `failed` with the JSON-RPC error the call would have been answered with.
-fn settle(r: &Running, end: Result<Value, Rejection>) {
+fn settle(r: &Running, end: Result<Value, Rejection>) -> TaskEnd {
     let cancelled = r.entry.cancel.is_cancelled() && !r.entry.given_up();
     let mut task = r.entry.task();
     let status = match (&end, cancelled) {
@@ -246,11 +349,9 @@ fn settle(r: &Running, end: Result<Value, Rejection>) {
             _ => task.set(Status::Cancelled, Some("cancelled by the client".into())),
         }
     }
-    let end = match task.status {
+    match task.status {
         Status::Completed => TaskEnd::Completed,
         Status::Cancelled => TaskEnd::Cancelled,
         _ => TaskEnd::Failed,
-    };
-    drop(task);
-    r.metrics.finished(end);
+    }
 }
