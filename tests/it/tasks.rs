@@ -471,6 +471,20 @@ async fn a_drain_waits_for_tasks_then_fails_the_unfinished_ones() {
 }
 
 #[tokio::test]
+async fn a_draining_replica_takes_no_new_task() {
+    let (env, c) = tasks_env("", "").await;
+    env.gw.start_draining();
+    let ex = task_client(&env)
+        .request("tools/call", json!({"name": "build", "arguments": {}}))
+        .await
+        .unwrap();
+    assert_eq!(ex.status.as_u16(), 503, "{:?}", ex.error());
+    assert!(ex.headers.contains_key("retry-after"));
+    assert_eq!(c.runs.load(Ordering::SeqCst), 0, "the call did not run");
+    env.stop().await;
+}
+
+#[tokio::test]
 async fn discover_advertises_the_extension_unless_tasks_are_off() {
     for (extra, advertised) in [("", true), ("enabled = false\n", false)] {
         let (env, _c) = tasks_env(extra, "").await;
@@ -800,4 +814,50 @@ fn task_metric_of(gw: &mrtr_gateway::gateway::Gateway, status: &str) -> f64 {
         "mrtr_gateway_tasks_finished_total",
         &[("status", status)],
     )
+}
+
+/// The real thing: a gateway process holding a task is killed (SIGKILL, no drain); the other
+/// replica fails the task once the dead one's lease has run out, and nothing runs it again.
+#[tokio::test]
+async fn with_redis_a_killed_replicas_task_fails_and_never_runs_again() {
+    let redis = crate::support::procs::start_redis().await;
+    let legacy = mrtr_testkit::legacy_server::LegacyServer::start(
+        Default::default(),
+        handlers(Arc::new(AtomicUsize::new(0))),
+    )
+    .await
+    .unwrap();
+    let dir = crate::support::peers::tempdir::TempDir::new("mrtr-tasks-kill");
+    let shared = format!(
+        "[upstream]\nurl = \"{}\"\n[single_use]\nstore = \"redis\"\n\
+         [single_use.redis]\nurls = [\"redis://127.0.0.1:{}\"]\n\
+         [[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n\
+         [tasks]\nlease = \"1s\"\npoll_interval = \"50ms\"\n{RULES}",
+        legacy.url(),
+        redis.port
+    );
+    let (mut doomed, url_a, _) =
+        crate::support::procs::spawn_gateway(&shared, dir.path(), "tasks-a").await;
+    let (_b, url_b, _) = crate::support::procs::spawn_gateway(&shared, dir.path(), "tasks-b").await;
+    let a = fleet_client(&url_a, "anyone");
+    let b = fleet_client(&url_b, "anyone");
+    let id = call(&a, "slow", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Running on A, visible on B.
+    for _ in 0..100 {
+        if legacy.stats().tool_starts("slow") == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(get(&b, &id).await["status"], "working");
+    doomed.start_kill().unwrap();
+    doomed.wait().await.unwrap();
+    let t = wait_for(&b, &id, "failed").await;
+    assert_eq!(t["status"], "failed", "{t}");
+    assert_eq!(t["error"]["code"], -32603, "{t}");
+    assert_eq!(legacy.stats().tool_starts("slow"), 1, "never run again");
+    legacy.shutdown().await;
 }

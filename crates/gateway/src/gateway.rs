@@ -152,7 +152,11 @@ impl Gateway {
             long_lived: long_lived.clone(),
             instance_id: instance_id.clone(),
             request_slots: RequestSlots::new(config.load().listen.max_concurrent_requests),
-            tasks: Arc::new(crate::tasks::Tasks::new(metrics.tasks(), metrics.limits())),
+            tasks: Arc::new(crate::tasks::Tasks::new(
+                metrics.tasks(),
+                metrics.limits(),
+                drain.draining().clone(),
+            )),
         });
         let gateway = Arc::new(Gateway {
             config,

@@ -28,6 +28,7 @@ mod runner;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::{Config, TaskSupport};
@@ -57,13 +58,16 @@ pub enum Plan {
 pub struct Tasks {
     board: Arc<Board>,
     metrics: Arc<TaskMetrics>,
+    /// The replica drains: it takes no new task.
+    draining: CancellationToken,
 }
 
 impl Tasks {
-    pub fn new(metrics: Arc<TaskMetrics>, limits: LimitHits) -> Tasks {
+    pub fn new(metrics: Arc<TaskMetrics>, limits: LimitHits, draining: CancellationToken) -> Tasks {
         Tasks {
             board: Arc::new(Board::new(metrics.running(), limits)),
             metrics,
+            draining,
         }
     }
 
@@ -117,6 +121,13 @@ impl Tasks {
         mut call: Call,
         render: Render,
     ) -> Result<Value, Rejection> {
+        if self.draining.is_cancelled() {
+            // 503 with Retry-After: the client's retry reaches a replica that stays.
+            return Err(Rejection::new(
+                RejectionKind::ShuttingDown,
+                "this gateway replica is shutting down and takes no new task; retry",
+            ));
+        }
         let cfg = engine.config();
         let task = Task::new(
             crate::state::payload::random_id(),
