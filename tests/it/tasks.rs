@@ -471,6 +471,115 @@ async fn a_drain_waits_for_tasks_then_fails_the_unfinished_ones() {
 }
 
 #[tokio::test]
+async fn the_policy_reviews_a_tasks_questions_like_any_other() {
+    // `ask` may not elicit: its questions never reach the client, the legacy server is told
+    // "decline", and the tool finishes without an answer.
+    let (env, _c) = tasks_env(
+        "",
+        "[[policy.rules]]\nmethod = \"tools/call\"\nname = \"ask\"\nallow = []\n",
+    )
+    .await;
+    let client = task_client(&env);
+    let id = call(&client, "ask", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut seen = Vec::new();
+    let done = loop {
+        let t = get(&client, &id).await;
+        seen.push(t["status"].as_str().unwrap().to_owned());
+        if ["completed", "failed"].contains(&t["status"].as_str().unwrap()) {
+            break t;
+        }
+        assert!(seen.len() < 500, "{seen:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(!seen.iter().any(|s| s == "input_required"), "{seen:?}");
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(text(&done["result"]), "? likes ?", "{done}");
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_policy_refusals_total",
+            &[("kind", "elicitation_form"), ("reason", "kind_not_allowed")]
+        ),
+        2.0
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_tool_whose_legacy_descriptor_supports_tasks_becomes_one_after_the_caller_listed_it() {
+    let described = |name: &str, support: &str| {
+        json!({"name": name, "description": "", "inputSchema": {"type": "object"},
+               "execution": {"taskSupport": support}})
+    };
+    let h = Handlers::new()
+        .tool_definition(described("report", "optional"), |_ctx, _| async move {
+            Ok(tool_text("reported"))
+        })
+        .tool_definition(described("migrate", "required"), |_ctx, _| async move {
+            Ok(tool_text("migrated"))
+        })
+        .tool_definition(described("quick", "forbidden"), |_ctx, _| async move {
+            Ok(tool_text("quick"))
+        });
+    // A rule still wins over the descriptor.
+    let env = env_with(
+        Default::default(),
+        h,
+        "",
+        "[[tasks.rules]]\nname = \"quick\"\nsupport = \"forbidden\"\n[auth]\nmode = \"header\"\n",
+    )
+    .await;
+    let as_user = |user: &str, extension: bool| {
+        let mut c = if extension {
+            task_client(&env)
+        } else {
+            env.client()
+        };
+        c.headers
+            .insert("x-authenticated-user", user.parse().unwrap());
+        c
+    };
+    let alice = as_user("alice", true);
+    // Before the caller listed the tools, nothing is known: an ordinary call.
+    assert_eq!(
+        call(&alice, "migrate", json!({})).await["resultType"],
+        "complete"
+    );
+    let list = alice.request("tools/list", json!({})).await.unwrap();
+    assert_eq!(
+        list.result().unwrap()["tools"][0]["execution"]["taskSupport"],
+        "optional"
+    );
+    let created = call(&alice, "migrate", json!({})).await;
+    assert_eq!(created["resultType"], "task", "{created}");
+    let done = wait_for(&alice, created["taskId"].as_str().unwrap(), "completed").await;
+    assert_eq!(text(&done["result"]), "migrated");
+    assert_eq!(
+        call(&alice, "report", json!({})).await["resultType"],
+        "task"
+    );
+    assert_eq!(
+        call(&alice, "quick", json!({})).await["resultType"],
+        "complete"
+    );
+    // A required one refuses the same caller without the extension.
+    let ex = as_user("alice", false)
+        .request("tools/call", json!({"name": "migrate", "arguments": {}}))
+        .await
+        .unwrap();
+    assert_eq!(ex.error_code(), Some(-32021));
+    // Learned per caller: Alice's list taught nothing about what the server tells Bob.
+    assert_eq!(
+        call(&as_user("bob", true), "migrate", json!({})).await["resultType"],
+        "complete"
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
 async fn a_draining_replica_takes_no_new_task() {
     let (env, c) = tasks_env("", "").await;
     env.gw.start_draining();

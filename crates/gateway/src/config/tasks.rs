@@ -59,13 +59,19 @@ pub struct TasksConfig {
 }
 
 impl TasksConfig {
-    /// How a call of `method` on `name` may become a task.
+    /// How a call of `method` on `name` may become a task, by the rules alone.
     pub fn support_for(&self, method: &str, name: Option<&str>) -> TaskSupport {
+        self.rule_for(method, name)
+            .unwrap_or(TaskSupport::Forbidden)
+    }
+
+    /// What the first matching rule says (`Forbidden` when tasks are off or the method is not
+    /// `tools/call`); `None` when no rule matches.
+    pub fn rule_for(&self, method: &str, name: Option<&str>) -> Option<TaskSupport> {
         if !self.enabled || method != "tools/call" {
-            return TaskSupport::Forbidden;
+            return Some(TaskSupport::Forbidden);
         }
-        call_rule::first_match(&self.rules, method, name)
-            .map_or(TaskSupport::Forbidden, |r| r.support)
+        call_rule::first_match(&self.rules, method, name).map(|r| r.support)
     }
 }
 

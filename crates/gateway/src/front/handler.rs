@@ -24,7 +24,7 @@ use crate::error::{Rejection, RejectionKind};
 use crate::legacy::session::SESSION_HEADER;
 use crate::metrics::{Outcome, method_label};
 use crate::mrtr::engine::{self, Call};
-use crate::tasks::{Plan, Tasks};
+use crate::tasks::Plan;
 use crate::telemetry::spans;
 use mrtr_wire::capabilities::Declared;
 use mrtr_wire::protocol::methods::{Route, route};
@@ -508,7 +508,7 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
         spans::call_target(&span, &call.method, target);
     }
     // A tool call may become a task: answered now, run on in a task of its own.
-    match Tasks::plan(&front.config(), &call) {
+    match front.tasks.plan(&front.config(), &call) {
         Err(rej) => return refuse(&front, &env.method, Some(&env.id), rej),
         Ok(Plan::Task) => {
             let created = front
@@ -529,6 +529,7 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
         }
         Ok(Plan::Call) => {}
     }
+    let scope = call.scope();
     let runtime = front.engine.clone();
     let method = env.method;
     let work_span = span.clone();
@@ -542,6 +543,10 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
             .instrument(work_span)
         },
         move |outcome| {
+            // A tool list tells which tools the legacy server runs as tasks (to this caller).
+            if let (true, Ok(list)) = (method == "tools/list", outcome) {
+                front.tasks.learn(&scope, list);
+            }
             span.in_scope(|| record_timed(&front, &method, outcome, Some(started.elapsed())))
         },
     )

@@ -1,7 +1,8 @@
 //! The Tasks extension (`io.modelcontextprotocol/tasks`) in front of a legacy server.
 //!
-//! A `tools/call` that `[[tasks.rules]]` make task-supporting, from a client that declared the
-//! extension on that request, returns at once with a `CreateTaskResult`; the call runs on in a
+//! A `tools/call` that `[[tasks.rules]]` (or, where no rule matches, the legacy server's own
+//! descriptor, `execution.taskSupport`, learned per caller from `tools/list`) make
+//! task-supporting, from a client that declared the extension on that request, returns at once with a `CreateTaskResult`; the call runs on in a
 //! task of this replica ([`runner`]), driven through the MRTR engine like any call. While the
 //! legacy server waits on a question, `tasks/get` shows it as `inputRequests` (status
 //! `input_required`) and `tasks/update` answers it; `tasks/cancel` stops the call (the legacy
@@ -25,12 +26,14 @@ pub mod fleet;
 pub mod record;
 mod runner;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::caller_scope::CallerScope;
 use crate::config::{Config, TaskSupport};
 use crate::error::{Rejection, RejectionKind};
 use crate::metrics::{LimitHits, TaskMetrics};
@@ -60,7 +63,15 @@ pub struct Tasks {
     metrics: Arc<TaskMetrics>,
     /// The replica drains: it takes no new task.
     draining: CancellationToken,
+    /// What the legacy server's own descriptors say (`execution.taskSupport` in a 2025-11-25
+    /// `tools/list`), per caller and tool: learned from the lists passed on to that caller
+    /// (a server may describe its tools differently to different callers).
+    declared: Mutex<HashMap<(CallerScope, String), TaskSupport>>,
 }
+
+/// Tools whose declared task support is remembered per replica; past it, the memory starts
+/// over (the next `tools/list` of each caller fills it again).
+const DECLARED_MAX: usize = 4096;
 
 impl Tasks {
     pub fn new(metrics: Arc<TaskMetrics>, limits: LimitHits, draining: CancellationToken) -> Tasks {
@@ -68,7 +79,55 @@ impl Tasks {
             board: Arc::new(Board::new(metrics.running(), limits)),
             metrics,
             draining,
+            declared: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Learns the task support the legacy server declared for its tools from a `tools/list`
+    /// result passed on to the caller `scope`.
+    pub fn learn(&self, scope: &CallerScope, list: &Value) {
+        let Some(tools) = list.get("tools").and_then(Value::as_array) else {
+            return;
+        };
+        let mut declared = self.declared.lock().unwrap_or_else(|e| e.into_inner());
+        for tool in tools {
+            let Some(name) = tool.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let support = match tool
+                .pointer("/execution/taskSupport")
+                .and_then(Value::as_str)
+            {
+                Some("optional") => TaskSupport::Optional,
+                Some("required") => TaskSupport::Required,
+                _ => TaskSupport::Forbidden,
+            };
+            let key = (scope.clone(), name.to_owned());
+            if support == TaskSupport::Forbidden {
+                declared.remove(&key);
+                continue;
+            }
+            if declared.len() >= DECLARED_MAX && !declared.contains_key(&key) {
+                declared.clear();
+            }
+            declared.insert(key, support);
+        }
+    }
+
+    /// The task support of `call`'s tool: the first matching `[[tasks.rules]]` entry, or else
+    /// what the legacy server declared to this caller.
+    fn support(&self, cfg: &Config, call: &Call) -> TaskSupport {
+        if let Some(ruled) = cfg.tasks.rule_for(&call.method, call.target()) {
+            return ruled;
+        }
+        let Some(name) = call.target() else {
+            return TaskSupport::Forbidden;
+        };
+        let declared = self.declared.lock().unwrap_or_else(|e| e.into_inner());
+        declared
+            .get(&(call.scope(), name.to_owned()))
+            .copied()
+            .unwrap_or(TaskSupport::Forbidden)
     }
 
     /// Unfinished tasks on this replica.
@@ -94,11 +153,11 @@ impl Tasks {
         left
     }
 
-    /// Whether `call` becomes a task: `tasks.rules` say whether its tool may (or must), and the
-    /// client's declaration on this request whether it can.
-    pub fn plan(cfg: &Config, call: &Call) -> Result<Plan, Rejection> {
+    /// Whether `call` becomes a task: `tasks.rules` (or the tool's own descriptor) say whether
+    /// its tool may (or must), and the client's declaration on this request whether it can.
+    pub fn plan(&self, cfg: &Config, call: &Call) -> Result<Plan, Rejection> {
         let declared = declares_extension(&call.meta.client_capabilities);
-        match (cfg.tasks.support_for(&call.method, call.target()), declared) {
+        match (self.support(cfg, call), declared) {
             (TaskSupport::Forbidden, _) | (TaskSupport::Optional, false) => Ok(Plan::Call),
             (TaskSupport::Optional | TaskSupport::Required, true) => Ok(Plan::Task),
             (TaskSupport::Required, false) => Err(Rejection::new(
