@@ -305,3 +305,69 @@ fn warm_up_is_refused_where_its_key_cannot_be_known() {
         "authenticated principals key the pool"
     );
 }
+
+/// `concurrency` `slow` calls at once; the legacy sessions opened meanwhile.
+async fn burst(env: &Env, concurrency: usize) -> u64 {
+    let before = env.legacy.stats().sessions_opened();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let c = env.client();
+        tasks.push(tokio::spawn(async move {
+            assert!(call_tool(&c, "slow").await.result().is_some());
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    env.legacy.stats().sessions_opened() - before
+}
+
+/// `max_idle_per_key` is where a key starts: a key whose calls run 12 at a time comes to keep
+/// 12 warm sessions, so later bursts open none (with a fixed ceiling of 2, each burst would
+/// open 10 new ones and discard them as `pool_full`).
+#[tokio::test]
+async fn the_pool_follows_the_concurrency_it_sees() {
+    let env = env_with(
+        LegacyServerConfig::default(),
+        handlers(),
+        "",
+        "[pool]\nmax_idle_per_key = 2\n",
+    )
+    .await;
+    assert_eq!(burst(&env, 12).await, 12, "a cold key opens one per call");
+    // The allowance grows one session per miss; a few bursts settle it.
+    let mut opened = Vec::new();
+    for _ in 0..4 {
+        opened.push(burst(&env, 12).await);
+    }
+    assert_eq!(opened.last(), Some(&0), "bursts opened {opened:?}");
+    assert_eq!(
+        metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]),
+        12.0
+    );
+    // Bounded by the caller's share of max_idle all the same.
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_growing_key_stays_within_the_callers_share() {
+    let env = env_with(
+        LegacyServerConfig::default(),
+        handlers(),
+        "",
+        "[pool]\nmax_idle_per_key = 2\nmax_idle = 64\nmax_idle_per_principal = 5\n",
+    )
+    .await;
+    for _ in 0..4 {
+        burst(&env, 12).await;
+    }
+    assert_eq!(metric(&env.gw, "mrtr_gateway_pool_idle_sessions", &[]), 5.0);
+    assert!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_pool_discards_total",
+            &[("reason", "pool_full")]
+        ) > 0.0
+    );
+    env.stop().await;
+}

@@ -20,6 +20,13 @@
 //! idle session, and one given back to a full pool replaces the least recently used idle
 //! session of any caller. So a caller cycling through many capability sets keeps its most
 //! recent sessions without keeping every other caller from pooling.
+//!
+//! The pool follows the concurrency it sees: `max_idle_per_key` is where a key starts, not a
+//! ceiling. A checkout that finds nothing idle is a miss; a session given back to a key that
+//! is at its allowance and has had a miss since is kept, and the key's allowance grows by one
+//! (up to the caller's share and `max_idle`). So 32 calls at once of one key settle at 32 warm
+//! sessions instead of opening 24 new ones every round. An allowance shrinks back as the
+//! sweeper closes the sessions nobody used for `idle_timeout`.
 //! `pool.mode = "per-call"` turns pooling off for legacy servers that keep per-session state
 //! across calls.
 
@@ -128,8 +135,23 @@ async fn watch(
     }
 }
 
+/// What a key's calls have asked of the pool lately.
+#[derive(Debug, Default, Clone, Copy)]
+struct Demand {
+    /// Idle sessions the key may keep beyond `max_idle_per_key`.
+    extra: usize,
+    /// Checkouts that found nothing idle since the key last grew.
+    misses: usize,
+}
+
+/// Keys whose demand is remembered; past it the memory starts over (each key then starts
+/// from `max_idle_per_key` again).
+const DEMAND_KEYS_MAX: usize = 4096;
+
 pub struct SessionPool {
     idle: Mutex<HashMap<PoolKey, Vec<Idle>>>,
+    /// Locked after `idle` when both are held.
+    demand: Mutex<HashMap<PoolKey, Demand>>,
     metrics: Arc<PoolMetrics>,
     /// Where idle sessions' session-wide notifications go (this replica's listen streams of
     /// the session's caller).
@@ -148,6 +170,7 @@ impl SessionPool {
     ) -> SessionPool {
         SessionPool {
             idle: Mutex::new(HashMap::new()),
+            demand: Mutex::new(HashMap::new()),
             metrics,
             relay,
             roots_memory: RootsRefreshMemory::default(),
@@ -187,6 +210,25 @@ impl SessionPool {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PoolKey, Vec<Idle>>> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn demand(&self) -> std::sync::MutexGuard<'_, HashMap<PoolKey, Demand>> {
+        self.demand.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A checkout of `key` found nothing idle.
+    fn missed(&self, key: &PoolKey) {
+        let mut demand = self.demand();
+        if demand.len() >= DEMAND_KEYS_MAX && !demand.contains_key(key) {
+            demand.clear();
+        }
+        demand.entry(key.clone()).or_default().misses += 1;
+    }
+
+    /// How many idle sessions `key` may keep now.
+    pub fn allowance(&self, key: &PoolKey, cfg: &PoolConfig) -> usize {
+        let extra = self.demand().get(key).map_or(0, |d| d.extra);
+        cfg.max_idle_per_key + extra
     }
 
     fn total(map: &HashMap<PoolKey, Vec<Idle>>) -> usize {
@@ -246,6 +288,7 @@ impl SessionPool {
             };
             let Some(idle) = candidate else {
                 self.metrics.checkout_miss();
+                self.missed(key);
                 return None;
             };
             idle.stop.cancel();
@@ -319,7 +362,7 @@ impl SessionPool {
     ) -> Result<Option<(Idle, &'static str)>, (&'static str, Box<Exchange>)> {
         let mut map = self.lock();
         let here = map.get(&key).map_or(0, Vec::len);
-        if here >= cfg.max_idle_per_key || cfg.idle_share.per_caller == 0 {
+        if cfg.idle_share.per_caller == 0 || !self.room_for(&key, here, cfg) {
             return Err(("pool_full", Box::new(exchange)));
         }
         let evicted = if Self::held_by(&map, &key.scope) >= cfg.idle_share.per_caller {
@@ -345,19 +388,47 @@ impl SessionPool {
         Ok(evicted)
     }
 
+    /// Whether `key`, holding `here` idle sessions, may keep one more: below its allowance, or
+    /// at it with a miss since it last grew (then it grows, within the caller's share and
+    /// `max_idle`).
+    fn room_for(&self, key: &PoolKey, here: usize, cfg: &PoolConfig) -> bool {
+        let mut demand = self.demand();
+        let d = demand.entry(key.clone()).or_default();
+        if here < cfg.max_idle_per_key + d.extra {
+            return true;
+        }
+        let ceiling = cfg.idle_share.per_caller.min(cfg.max_idle);
+        if d.misses == 0 || here >= ceiling {
+            return false;
+        }
+        d.misses -= 1;
+        d.extra += 1;
+        true
+    }
+
     /// Closes idle sessions past `idle_timeout`; returns how many.
     pub async fn sweep(&self, idle_timeout: Duration) -> usize {
         let expired: Vec<Idle> = {
             let mut map = self.lock();
+            let mut demand = self.demand();
             let mut out = Vec::new();
-            for list in map.values_mut() {
+            for (key, list) in map.iter_mut() {
                 let (old, keep): (Vec<Idle>, Vec<Idle>) = list
                     .drain(..)
                     .partition(|i| i.since.elapsed() >= idle_timeout);
                 *list = keep;
+                // Sessions nobody needed for a whole idle_timeout: the key's demand has
+                // fallen, and its allowance with it.
+                if !old.is_empty()
+                    && let Some(d) = demand.get_mut(key)
+                {
+                    d.extra = d.extra.saturating_sub(old.len());
+                    d.misses = 0;
+                }
                 out.extend(old);
             }
             map.retain(|_, v| !v.is_empty());
+            demand.retain(|k, d| d.extra > 0 || d.misses > 0 || map.contains_key(k));
             self.metrics.idle_now(Self::total(&map));
             out
         };
@@ -393,6 +464,7 @@ impl SessionPool {
         let all: Vec<Idle> = {
             let mut map = self.lock();
             let v = map.drain().flat_map(|(_, v)| v).collect();
+            self.demand().clear();
             self.metrics.idle_now(0);
             v
         };

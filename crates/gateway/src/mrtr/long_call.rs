@@ -144,7 +144,10 @@ pub(super) async fn serve(
     let mut cancel_follows = !claimed;
     let rnd = presented.prior.as_ref().map_or(0, |p| p.rnd);
     let origin = presented.origin.clone();
-    let mut task = {
+    // The call is polled here, in the request's own task, until `round_after` passes; only a
+    // call still running then moves into a task of its own (most calls end first, and cross
+    // no extra task).
+    let mut work = {
         let (engine, call, run_cancel, client, sink) = (
             engine.clone(),
             call.clone(),
@@ -152,7 +155,7 @@ pub(super) async fn serve(
             cancel.clone(),
             Sink::moving(listener.clone()),
         );
-        tokio::spawn(RequestId::carry(
+        Box::pin(RequestId::carry(
             async move {
                 let serving = Serving {
                     engine: &engine,
@@ -169,7 +172,7 @@ pub(super) async fn serve(
     tokio::pin!(timer);
     loop {
         tokio::select! {
-            joined = &mut task => return joined.unwrap_or_else(|_| Err(panicked())),
+            outcome = &mut work => return outcome,
             () = cancel.cancelled(), if cancel_follows => {
                 run_cancel.cancel();
                 cancel_follows = false;
@@ -180,8 +183,9 @@ pub(super) async fn serve(
     if cancel.is_cancelled() && !claimed {
         // The client went away before the call was detached: it ends with it.
         run_cancel.cancel();
-        return task.await.unwrap_or_else(|_| Err(panicked()));
+        return work.await;
     }
+    let mut task = tokio::spawn(work);
     let now = engine.clock.now_secs();
     let cfg = engine.config();
     let latest_end = cfg.upstream.call_timeout.saturating_sub(after) + COLLECT_GRACE;

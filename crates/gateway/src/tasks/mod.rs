@@ -124,6 +124,10 @@ impl Tasks {
             return TaskSupport::Forbidden;
         };
         let declared = self.declared.lock().unwrap_or_else(|e| e.into_inner());
+        if declared.is_empty() {
+            // No server described a task tool (the usual case): no key to build.
+            return TaskSupport::Forbidden;
+        }
         declared
             .get(&(call.scope(), name.to_owned()))
             .copied()
