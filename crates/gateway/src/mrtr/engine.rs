@@ -125,7 +125,7 @@ pub async fn serve_mrtr(
             .and_then(Value::as_str)
             .unwrap_or_default();
         spans::record_round(p.rnd + 1, "following");
-        return long_call::follow(engine, call, p, token, sink, cancel).await;
+        return Box::pin(long_call::follow(engine, call, p, token, sink, cancel)).await;
     }
     let responses = input_responses(&call.params)?;
     let book = AnswerBook::new(prior.as_ref(), &responses)?;
@@ -160,7 +160,7 @@ pub async fn serve_mrtr(
             sink,
             cancel,
         };
-        return long_call::serve(engine, &serving, owed, presented, after).await;
+        return Box::pin(long_call::serve(engine, &serving, owed, presented, after)).await;
     }
     // A claimed retry outlives its client (see `at_most_once`): the client going away neither
     // cancels it nor fails it for a notification that cannot be delivered.
@@ -178,7 +178,9 @@ pub async fn serve_mrtr(
         sink: run_sink,
         cancel: run_cancel,
     };
-    execute_and_settle(&serving, cancel, presented, owed).await
+    // Boxed: the call's state machine is large (tens of KB), and every future holding it
+    // inline is that large too, and is copied as it is spawned and moved.
+    Box::pin(execute_and_settle(&serving, cancel, presented, owed)).await
 }
 
 /// What a presentation owes when its call ends: the claim it holds (if any) settled with the
@@ -676,7 +678,7 @@ pub async fn serve(
 ) -> Result<Value, Rejection> {
     match route(&call.method) {
         Route::Mrtr => serve_mrtr(engine, call, sink, cancel, render).await,
-        Route::Forward => serve_forward(engine, call, sink, cancel).await,
+        Route::Forward => Box::pin(serve_forward(engine, call, sink, cancel)).await,
         _ => Err(Rejection::method_not_found(&call.method)),
     }
 }
