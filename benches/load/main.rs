@@ -8,6 +8,7 @@
 //! cargo bench --bench load -- --otlp --clients 32 --duration 40s         # trace export off vs on
 //! scripts/soak.sh --duration 2m                                        # --soak
 //! scripts/park.sh 10000                                                # --park N
+//! cargo bench --bench load -- --idle 1000                              # memory per idle connection
 //! ```
 //!
 //! Everything runs on this machine: the fast legacy server and the clients in this process,
@@ -19,6 +20,7 @@
 mod compare;
 mod fixture;
 mod gateway_child;
+mod idle;
 mod legacy_client;
 mod nginx;
 mod otlp;
@@ -78,6 +80,10 @@ struct Args {
     /// Park this many calls and report the gateway's resident memory per parked call.
     #[arg(long)]
     park: Option<usize>,
+    /// Open this many client connections, one call each, keep them idle, and report the
+    /// gateway's resident memory per idle connection.
+    #[arg(long)]
+    idle: Option<usize>,
     /// Calls in flight at once while parking.
     #[arg(long, default_value_t = 64)]
     park_concurrency: usize,
@@ -144,6 +150,10 @@ async fn run(args: Args) -> Result<(), String> {
     let gw = GatewayChild::spawn(&legacy.url(), &options).await?;
     let outcome = if let Some(n) = args.park {
         park_run(&gw, n, &args).await
+    } else if let Some(n) = args.idle {
+        idle::run(&gw, n)
+            .await
+            .map(|(text, json)| emit(&args, &text, json))
     } else if args.soak {
         soak_run(&legacy, &gw, &args).await
     } else if args.otlp {

@@ -147,7 +147,10 @@ pub async fn serve<I, H, F>(
     let svc_activity = activity.clone();
     let svc = service_fn(move |req| {
         let busy = Busy::new(&svc_activity);
-        let response = handle(req);
+        // Boxed: hyper keeps the service's future inside the connection's own state, so an
+        // unboxed request future would make every connection as large as the largest request
+        // path, for as long as the connection stays open (idle ones included).
+        let response = Box::pin(handle(req));
         async move { Ok::<_, Infallible>(respond::with_guard(response.await, busy)) }
     });
     let conn = builder.serve_connection(TokioIo::new(io), svc).into_owned();
