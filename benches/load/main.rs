@@ -9,6 +9,7 @@
 //! scripts/soak.sh --duration 2m                                        # --soak
 //! scripts/park.sh 10000                                                # --park N
 //! cargo bench --bench load -- --idle 1000                              # memory per idle connection
+//! cargo bench --bench load -- --sweep 32,256,1024 --duration 12s --plot docs/performance-sweep.svg
 //! ```
 //!
 //! Everything runs on this machine: the fast legacy server and the clients in this process,
@@ -25,6 +26,7 @@ mod legacy_client;
 mod nginx;
 mod otlp;
 mod park;
+mod plot;
 mod report;
 mod samples;
 mod soak;
@@ -84,6 +86,13 @@ struct Args {
     /// gateway's resident memory per idle connection.
     #[arg(long)]
     idle: Option<usize>,
+    /// Run the comparison at each of these numbers of clients (e.g. `32,256,1024`) and print
+    /// the plain call's figures side by side.
+    #[arg(long, value_delimiter = ',')]
+    sweep: Vec<usize>,
+    /// With `--sweep`: write an SVG plot of the figures here.
+    #[arg(long)]
+    plot: Option<String>,
     /// Calls in flight at once while parking.
     #[arg(long, default_value_t = 64)]
     park_concurrency: usize,
@@ -156,6 +165,8 @@ async fn run(args: Args) -> Result<(), String> {
             .map(|(text, json)| emit(&args, &text, json))
     } else if args.soak {
         soak_run(&legacy, &gw, &args).await
+    } else if !args.sweep.is_empty() {
+        sweep_run(&legacy, &gw, &args, &options).await
     } else if args.otlp {
         otlp_run(&legacy, &gw, &args, &options).await
     } else {
@@ -186,13 +197,64 @@ async fn compare_run(
     args: &Args,
     options: &GatewayOptions,
 ) -> Result<(), String> {
+    let (comparison, setup, setup_json) = measure(legacy, gw, args, options, args.clients).await?;
+    emit(
+        args,
+        &report::table(&comparison, &setup),
+        report::json(&comparison, setup_json),
+    );
+    Ok(())
+}
+
+/// `--sweep`: the comparison at each number of clients, one after the other, and (with
+/// `--plot`) an SVG of throughput and p99 against the number of clients.
+async fn sweep_run(
+    legacy: &mrtr_testkit::legacy_server::LegacyServer,
+    gw: &GatewayChild,
+    args: &Args,
+    options: &GatewayOptions,
+) -> Result<(), String> {
+    let mut points = Vec::new();
+    for &n in &args.sweep {
+        let (comparison, setup, _) = measure(legacy, gw, args, options, n).await?;
+        eprintln!("{setup}");
+        let plain = comparison
+            .flows
+            .iter()
+            .find(|f| f.flow == compare::Flow::Plain)
+            .ok_or("no plain flow measured")?;
+        points.push(plot::Point {
+            clients: n,
+            direct: plain.direct.throughput,
+            nginx: plain.nginx.throughput,
+            gateway: plain.gateway.throughput,
+            gateway_p50_ms: plain.gateway.p50_ms,
+            gateway_p99_ms: plain.gateway.p99_ms,
+        });
+    }
+    print!("{}", plot::table(&points));
+    if let Some(path) = &args.plot {
+        std::fs::write(path, plot::svg(&points)).map_err(|e| format!("{path}: {e}"))?;
+        println!("plot written to {path}");
+    }
+    Ok(())
+}
+
+/// One comparison with `clients` callers: the comparison, and its setup as text and JSON.
+async fn measure(
+    legacy: &mrtr_testkit::legacy_server::LegacyServer,
+    gw: &GatewayChild,
+    args: &Args,
+    options: &GatewayOptions,
+    clients: usize,
+) -> Result<(compare::Comparison, String, serde_json::Value), String> {
     let duration = args.duration.unwrap_or(Duration::from_secs(60));
     let hop = nginx::NginxHop::start(&legacy.url()).await?;
     let rounds = ((duration.as_secs_f64() / 6.0) / args.slice.as_secs_f64())
         .round()
         .max(1.0) as usize;
-    let mut callers = Vec::with_capacity(args.clients);
-    for _ in 0..args.clients {
+    let mut callers = Vec::with_capacity(clients);
+    for _ in 0..clients {
         callers.push(Arc::new(
             compare::Caller::connect(&legacy.url(), &hop.url, &gw.url).await?,
         ));
@@ -228,7 +290,7 @@ async fn compare_run(
         "mrtr-load: {} clients; {} rounds of {:?} slices per scenario after {:?} warm-up each; \
          gateway = child process (release mrtr-gateway serve, gather_window {}, gather_quiet {}, parking {}, log.level {}); \
          legacy server and clients in this process; {} CPUs; the gateway opened {} legacy sessions and discarded {} from its pool over {} measured calls",
-        args.clients,
+        clients,
         rounds,
         args.slice,
         args.warmup,
@@ -242,7 +304,7 @@ async fn compare_run(
         served,
     );
     let setup_json = json!({
-        "clients": args.clients,
+        "clients": clients,
         "rounds": rounds,
         "slice_s": args.slice.as_secs_f64(),
         "warmup_s": args.warmup.as_secs_f64(),
@@ -256,12 +318,7 @@ async fn compare_run(
         "gateway": "child process: release mrtr-gateway serve",
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
     });
-    emit(
-        args,
-        &report::table(&comparison, &setup),
-        report::json(&comparison, setup_json),
-    );
-    Ok(())
+    Ok((comparison, setup, setup_json))
 }
 
 async fn otlp_run(
