@@ -54,37 +54,47 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 /// `Retry-After` hint when Redis is out of memory.
 const OOM_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+// Shared by the claim and lookup scripts (KEYS: claim, outcome, lease): what a claim value
+// says, or nil when nobody holds the id any more (claimed, never started, its lease gone).
+const READ_CLAIM: &str = r"
+local function read(current)
+  if current == 'd' then
+    local outcome = redis.call('GET', KEYS[2])
+    if outcome then
+      return {'d', outcome}
+    end
+    return {'n'}
+  end
+  if current == 'n' then
+    return {'n'}
+  end
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    return {'p'}
+  end
+  if string.sub(current, 1, 2) == 's:' then
+    return {'l'}
+  end
+  return nil
+end
+";
+
 // KEYS: claim, outcome, lease. ARGV: ttl ms, claim lease ms, owner token.
 // Replies: {'a'} acquired, {'t'} taken over, {'p'} in progress, {'l'} started but its outcome
 // lost, {'d', outcome} done and kept, {'n'} done without a kept outcome.
 const CLAIM_SCRIPT: &str = r"
 local current = redis.call('GET', KEYS[1])
-if not current then
-  redis.call('SET', KEYS[1], 'c:' .. ARGV[3], 'PX', ARGV[1])
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
-  return {'a'}
-end
-if current == 'd' then
-  local outcome = redis.call('GET', KEYS[2])
-  if outcome then
-    return {'d', outcome}
+if current then
+  local held = read(current)
+  if held then
+    return held
   end
-  return {'n'}
 end
-if current == 'n' then
-  return {'n'}
-end
-local phase = string.sub(current, 1, 2)
-local leased = redis.call('EXISTS', KEYS[3]) == 1
-if phase == 'c:' and not leased then
-  redis.call('SET', KEYS[1], 'c:' .. ARGV[3], 'PX', ARGV[1])
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
+redis.call('SET', KEYS[1], 'c:' .. ARGV[3], 'PX', ARGV[1])
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
+if current then
   return {'t'}
 end
-if phase == 's:' and not leased then
-  return {'l'}
-end
-return {'p'}
+return {'a'}
 ";
 
 // KEYS: claim, lease. ARGV: owner token, run lease ms. 1 when the owner's claim is now started.
@@ -127,26 +137,12 @@ local current = redis.call('GET', KEYS[1])
 if not current then
   return {}
 end
-if current == 'd' then
-  local outcome = redis.call('GET', KEYS[2])
-  if outcome then
-    return {'d', outcome}
-  end
-  return {'n'}
+local held = read(current)
+if held then
+  return held
 end
-if current == 'n' then
-  return {'n'}
-end
-local phase = string.sub(current, 1, 2)
-local leased = redis.call('EXISTS', KEYS[3]) == 1
-if phase == 'c:' and not leased then
-  redis.call('DEL', KEYS[1])
-  return {}
-end
-if phase == 's:' and not leased then
-  return {'l'}
-end
-return {'p'}
+redis.call('DEL', KEYS[1])
+return {}
 ";
 
 // KEYS: claim, lease. ARGV: owner token. 1 when the owner's started claim lost its lease.
@@ -233,11 +229,11 @@ impl RedisStore {
             claim_lease,
             max_outcome_bytes,
             scripts: Arc::new(Scripts {
-                claim: Script::new(CLAIM_SCRIPT),
+                claim: Script::new(&format!("{READ_CLAIM}{CLAIM_SCRIPT}")),
                 start: Script::new(START_SCRIPT),
                 complete: Script::new(COMPLETE_SCRIPT),
                 release: Script::new(RELEASE_SCRIPT),
-                lookup: Script::new(LOOKUP_SCRIPT),
+                lookup: Script::new(&format!("{READ_CLAIM}{LOOKUP_SCRIPT}")),
                 abandon: Script::new(ABANDON_SCRIPT),
             }),
         })
