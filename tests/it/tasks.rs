@@ -123,6 +123,13 @@ async fn call(client: &ModernClient, tool: &str, args: Value) -> Value {
         .unwrap_or_else(|| panic!("{tool}: {:?}", ex.error()))
 }
 
+/// Calls `tool` with `args`, which must become a task; its id.
+async fn start(client: &ModernClient, tool: &str, args: Value) -> String {
+    let created = call(client, tool, args).await;
+    assert_eq!(created["resultType"], "task", "{tool}: {created}");
+    created["taskId"].as_str().unwrap().to_owned()
+}
+
 async fn get(client: &ModernClient, id: &str) -> Value {
     let ex = client
         .request("tasks/get", json!({"taskId": id}))
@@ -147,11 +154,7 @@ async fn wait_for(client: &ModernClient, id: &str, status: &str) -> Value {
 }
 
 fn task_metric(env: &Env, status: &str) -> f64 {
-    metric(
-        &env.gw,
-        "mrtr_gateway_tasks_finished_total",
-        &[("status", status)],
-    )
+    task_metric_of(&env.gw, status)
 }
 
 #[tokio::test]
@@ -203,10 +206,7 @@ async fn a_required_task_tool_runs_once_as_a_task_and_refuses_clients_without_th
 async fn progress_shows_as_the_status_message_while_working() {
     let (env, _c) = tasks_env("", "").await;
     let client = task_client(&env);
-    let id = call(&client, "build", json!({})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = start(&client, "build", json!({})).await;
     let mut seen = None;
     for _ in 0..100 {
         let t = get(&client, &id).await;
@@ -224,10 +224,7 @@ async fn progress_shows_as_the_status_message_while_working() {
 async fn questions_come_through_tasks_get_and_answers_through_tasks_update() {
     let (env, _c) = tasks_env("", "").await;
     let client = task_client(&env);
-    let id = call(&client, "ask", json!({})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = start(&client, "ask", json!({})).await;
     let mut keys = Vec::new();
     for (round, field, answer) in [(1, "name", "Ada"), (2, "colour", "green")] {
         let t = wait_for(&client, &id, "input_required").await;
@@ -279,18 +276,12 @@ async fn questions_come_through_tasks_get_and_answers_through_tasks_update() {
 async fn a_tool_error_completes_and_a_json_rpc_error_fails() {
     let (env, _c) = tasks_env("", "").await;
     let client = task_client(&env);
-    let id = call(&client, "broken", json!({"tool_error": true})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = start(&client, "broken", json!({"tool_error": true})).await;
     let t = wait_for(&client, &id, "completed").await;
     assert_eq!(t["status"], "completed", "{t}");
     assert_eq!(t["result"]["isError"], true);
 
-    let id = call(&client, "broken", json!({})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = start(&client, "broken", json!({})).await;
     let t = wait_for(&client, &id, "failed").await;
     assert_eq!(t["status"], "failed", "{t}");
     assert_eq!(t["error"]["code"], -32603, "{t}");
@@ -303,10 +294,7 @@ async fn a_tool_error_completes_and_a_json_rpc_error_fails() {
 async fn tasks_cancel_stops_the_legacy_call() {
     let (env, c) = tasks_env("", "").await;
     let client = task_client(&env);
-    let id = call(&client, "slow", json!({})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = start(&client, "slow", json!({})).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let ack = client
         .request("tasks/cancel", json!({"taskId": id}))
@@ -355,10 +343,7 @@ async fn a_task_is_unknown_to_another_principal_and_after_nothing_at_all() {
     };
     let alice = as_user("alice");
     let bob = as_user("bob");
-    let id = call(&alice, "build", json!({})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = start(&alice, "build", json!({})).await;
     for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
         let ex = bob
             .request(method, json!({"taskId": id, "inputResponses": {}}))
@@ -436,10 +421,7 @@ async fn unfinished_tasks_are_bounded_per_caller_and_the_call_does_not_run() {
 async fn a_task_past_its_ttl_fails_and_its_legacy_call_is_cancelled() {
     let (env, _c) = tasks_env("ttl = \"1s\"\n", "").await;
     let client = task_client(&env);
-    let id = call(&client, "slow", json!({})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = start(&client, "slow", json!({})).await;
     let t = wait_for(&client, &id, "failed").await;
     assert_eq!(t["status"], "failed", "{t}");
     assert!(t["statusMessage"].as_str().unwrap().contains("TTL"), "{t}");
@@ -451,14 +433,8 @@ async fn a_task_past_its_ttl_fails_and_its_legacy_call_is_cancelled() {
 async fn a_drain_waits_for_tasks_then_fails_the_unfinished_ones() {
     let (env, _c) = tasks_env("", "").await;
     let client = task_client(&env);
-    let quick = call(&client, "build", json!({})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let stuck = call(&client, "slow", json!({})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let quick = start(&client, "build", json!({})).await;
+    let stuck = start(&client, "slow", json!({})).await;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(800);
     let given_up = env.gw.finish_tasks(deadline).await;
     assert_eq!(given_up, 1, "only the stuck task was left at the deadline");
@@ -480,10 +456,7 @@ async fn the_policy_reviews_a_tasks_questions_like_any_other() {
     )
     .await;
     let client = task_client(&env);
-    let id = call(&client, "ask", json!({})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = start(&client, "ask", json!({})).await;
     let mut seen = Vec::new();
     let done = loop {
         let t = get(&client, &id).await;
@@ -533,10 +506,13 @@ async fn a_tool_whose_legacy_descriptor_supports_tasks_becomes_one_after_the_cal
     )
     .await;
     let as_user = |user: &str, extension: bool| {
+        // The same capabilities with and without the extension (tool lists are learned per
+        // capability set, as sessions are kept).
         let mut c = if extension {
             task_client(&env)
         } else {
             env.client()
+                .with_capabilities(json!({"elicitation": {"form": {}}}))
         };
         c.headers
             .insert("x-authenticated-user", user.parse().unwrap());
@@ -571,9 +547,19 @@ async fn a_tool_whose_legacy_descriptor_supports_tasks_becomes_one_after_the_cal
         .await
         .unwrap();
     assert_eq!(ex.error_code(), Some(-32021));
-    // Learned per caller: Alice's list taught nothing about what the server tells Bob.
+    // Learned per caller: Alice's list taught nothing about what the server tells Bob, nor
+    // about what it tells Alice declaring other capabilities.
     assert_eq!(
         call(&as_user("bob", true), "migrate", json!({})).await["resultType"],
+        "complete"
+    );
+    let mut sampling_alice =
+        task_client(&env).with_capabilities(json!({"sampling": {}, "extensions": {EXTENSION: {}}}));
+    sampling_alice
+        .headers
+        .insert("x-authenticated-user", "alice".parse().unwrap());
+    assert_eq!(
+        call(&sampling_alice, "migrate", json!({})).await["resultType"],
         "complete"
     );
     env.stop().await;
@@ -711,11 +697,7 @@ async fn fleet(
 ) -> (
     crate::support::procs::Redis,
     mrtr_testkit::legacy_server::LegacyServer,
-    Vec<(
-        Arc<mrtr_gateway::gateway::Gateway>,
-        mrtr_gateway::front::listener::Running,
-        String,
-    )>,
+    Vec<Replica>,
 ) {
     let redis = crate::support::procs::start_redis().await;
     let legacy = mrtr_testkit::legacy_server::LegacyServer::start(
@@ -736,6 +718,19 @@ async fn fleet(
     (redis, legacy, replicas)
 }
 
+type Replica = (
+    Arc<mrtr_gateway::gateway::Gateway>,
+    mrtr_gateway::front::listener::Running,
+    String,
+);
+
+async fn stop_fleet(replicas: Vec<Replica>, legacy: mrtr_testkit::legacy_server::LegacyServer) {
+    for (_, running, _) in replicas {
+        running.stop().await;
+    }
+    legacy.shutdown().await;
+}
+
 fn fleet_client(url: &str, user: &str) -> ModernClient {
     let mut c = ModernClient::new(url)
         .with_capabilities(json!({"elicitation": {"form": {}}, "extensions": {EXTENSION: {}}}));
@@ -749,10 +744,7 @@ async fn with_redis_any_replica_shows_answers_and_finishes_a_task_the_body_runs_
     let (_redis, legacy, replicas) = fleet("", "[auth]\nmode = \"header\"\n").await;
     let a = fleet_client(&replicas[0].2, "alice");
     let b = fleet_client(&replicas[1].2, "alice");
-    let id = call(&a, "ask", json!({})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = start(&a, "ask", json!({})).await;
     // Another principal, on either replica: unknown.
     let mallory = fleet_client(&replicas[1].2, "mallory");
     for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
@@ -807,10 +799,7 @@ async fn with_redis_any_replica_shows_answers_and_finishes_a_task_the_body_runs_
         1,
         "the tool body ran once"
     );
-    for (_, running, _) in replicas {
-        running.stop().await;
-    }
-    legacy.shutdown().await;
+    stop_fleet(replicas, legacy).await;
 }
 
 #[tokio::test]
@@ -818,10 +807,7 @@ async fn with_redis_a_cancel_on_another_replica_stops_the_call() {
     let (_redis, legacy, replicas) = fleet("", "").await;
     let a = fleet_client(&replicas[0].2, "anyone");
     let b = fleet_client(&replicas[1].2, "anyone");
-    let id = call(&a, "slow", json!({})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = start(&a, "slow", json!({})).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let ack = b
         .request("tasks/cancel", json!({"taskId": id}))
@@ -842,10 +828,7 @@ async fn with_redis_a_cancel_on_another_replica_stops_the_call() {
         "cancelled upstream"
     );
     assert_eq!(get(&b, &id).await["status"], "cancelled");
-    for (_, running, _) in replicas {
-        running.stop().await;
-    }
-    legacy.shutdown().await;
+    stop_fleet(replicas, legacy).await;
 }
 
 #[tokio::test]
@@ -853,19 +836,13 @@ async fn with_redis_a_running_task_outlives_its_lease_through_heartbeats() {
     let (_redis, legacy, replicas) = fleet("lease = \"1s\"\n", "").await;
     let a = fleet_client(&replicas[0].2, "anyone");
     let b = fleet_client(&replicas[1].2, "anyone");
-    let id = call(&a, "nap", json!({"ms": 2500})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = start(&a, "nap", json!({"ms": 2500})).await;
     tokio::time::sleep(Duration::from_millis(1800)).await;
     assert_eq!(get(&b, &id).await["status"], "working", "renewed, not lost");
     let done = wait_for(&b, &id, "completed").await;
     assert_eq!(text(&done["result"]), "napped 2500", "{done}");
     assert_eq!(legacy.stats().tool_starts("nap"), 1);
-    for (_, running, _) in replicas {
-        running.stop().await;
-    }
-    legacy.shutdown().await;
+    stop_fleet(replicas, legacy).await;
 }
 
 /// A replica that dies leaves its task's record with a lease nobody renews: the next reader,
@@ -911,10 +888,7 @@ async fn with_redis_a_task_whose_replica_died_fails_at_the_next_read() {
     let later = std::time::SystemTime::now() + Duration::from_secs(60);
     assert!(!store.put(&task, later).await.unwrap());
     assert_eq!(get(&b, "dead-replica-task").await["status"], "failed");
-    for (_, running, _) in replicas {
-        running.stop().await;
-    }
-    legacy.shutdown().await;
+    stop_fleet(replicas, legacy).await;
 }
 
 fn task_metric_of(gw: &mrtr_gateway::gateway::Gateway, status: &str) -> f64 {
@@ -950,10 +924,7 @@ async fn with_redis_a_killed_replicas_task_fails_and_never_runs_again() {
     let (_b, url_b, _) = crate::support::procs::spawn_gateway(&shared, dir.path(), "tasks-b").await;
     let a = fleet_client(&url_a, "anyone");
     let b = fleet_client(&url_b, "anyone");
-    let id = call(&a, "slow", json!({})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = start(&a, "slow", json!({})).await;
     // Running on A, visible on B.
     for _ in 0..100 {
         if legacy.stats().tool_starts("slow") == 1 {

@@ -443,16 +443,28 @@ async fn serve_discover(front: &Front, r: Routed) -> Response<Body> {
         listen::supported(&front.sessions.upstream()),
     )
     .await;
+    answer(front, &r.env.method, &r.env.id, outcome, None)
+}
+
+/// A request answered with one JSON body: its result, or the error its rejection maps to;
+/// recorded either way (`took`: how long it took, when known).
+fn answer(
+    front: &Front,
+    method: &str,
+    id: &Value,
+    outcome: Result<Value, Rejection>,
+    took: Option<std::time::Duration>,
+) -> Response<Body> {
     match outcome {
         Ok(result) => {
             let response = respond::json(
                 StatusCode::OK,
-                &mrtr_wire::jsonrpc::result_response(&r.env.id, result.clone()),
+                &mrtr_wire::jsonrpc::result_response(id, result.clone()),
             );
-            record(front, &r.env.method, &Ok(result));
+            record_timed(front, method, &Ok(result), took);
             response
         }
-        Err(rej) => refuse(front, &r.env.method, Some(&r.env.id), rej),
+        Err(rej) => refuse(front, method, Some(id), rej),
     }
 }
 
@@ -473,17 +485,7 @@ async fn serve_tasks(front: &Front, r: Routed) -> Response<Body> {
     } else {
         Err(Rejection::method_not_found(&r.env.method))
     };
-    match outcome {
-        Ok(result) => {
-            let response = respond::json(
-                StatusCode::OK,
-                &mrtr_wire::jsonrpc::result_response(&r.env.id, result.clone()),
-            );
-            record(front, &r.env.method, &Ok(result));
-            response
-        }
-        Err(rej) => refuse(front, &r.env.method, Some(&r.env.id), rej),
-    }
+    answer(front, &r.env.method, &r.env.id, outcome, None)
 }
 
 /// Phase 7: serve through a legacy session in the engine's own task; stream notifications if
@@ -515,21 +517,18 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
                 .tasks
                 .create(&front.engine, call, error_map::status_and_error)
                 .await;
-            return match created {
-                Ok(result) => {
-                    let response = respond::json(
-                        StatusCode::OK,
-                        &mrtr_wire::jsonrpc::result_response(&env.id, result.clone()),
-                    );
-                    record_timed(&front, &env.method, &Ok(result), Some(started.elapsed()));
-                    response
-                }
-                Err(rej) => refuse(&front, &env.method, Some(&env.id), rej),
-            };
+            return answer(
+                &front,
+                &env.method,
+                &env.id,
+                created,
+                Some(started.elapsed()),
+            );
         }
         Ok(Plan::Call) => {}
     }
-    let scope = call.scope();
+    // Only a tool list teaches anything (see `Tasks::learn`): no key built for other calls.
+    let lists_tools = (call.method == "tools/list").then(|| crate::tasks::tools_key(&call));
     let runtime = front.engine.clone();
     let method = env.method;
     let work_span = span.clone();
@@ -544,8 +543,8 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
         },
         move |outcome| {
             // A tool list tells which tools the legacy server runs as tasks (to this caller).
-            if let (true, Ok(list)) = (method == "tools/list", outcome) {
-                front.tasks.learn(&scope, list);
+            if let (Some(scope), Ok(list)) = (&lists_tools, outcome) {
+                front.tasks.learn(scope, list);
             }
             span.in_scope(|| record_timed(&front, &method, outcome, Some(started.elapsed())))
         },

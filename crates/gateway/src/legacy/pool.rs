@@ -392,8 +392,14 @@ impl SessionPool {
     /// at it with a miss since it last grew (then it grows, within the caller's share and
     /// `max_idle`).
     fn room_for(&self, key: &PoolKey, here: usize, cfg: &PoolConfig) -> bool {
+        if here < cfg.max_idle_per_key {
+            return true;
+        }
+        // Only a key that missed has an entry: the usual give-back builds no key.
         let mut demand = self.demand();
-        let d = demand.entry(key.clone()).or_default();
+        let Some(d) = demand.get_mut(key) else {
+            return false;
+        };
         if here < cfg.max_idle_per_key + d.extra {
             return true;
         }

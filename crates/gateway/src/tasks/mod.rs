@@ -33,9 +33,9 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::caller_scope::CallerScope;
 use crate::config::{Config, TaskSupport};
 use crate::error::{Rejection, RejectionKind};
+use crate::legacy::pool::PoolKey;
 use crate::metrics::{LimitHits, TaskMetrics};
 use crate::mrtr::at_most_once::Render;
 use crate::mrtr::deps::Engine;
@@ -64,9 +64,10 @@ pub struct Tasks {
     /// The replica drains: it takes no new task.
     draining: CancellationToken,
     /// What the legacy server's own descriptors say (`execution.taskSupport` in a 2025-11-25
-    /// `tools/list`), per caller and tool: learned from the lists passed on to that caller
-    /// (a server may describe its tools differently to different callers).
-    declared: Mutex<HashMap<(CallerScope, String), TaskSupport>>,
+    /// `tools/list`), per tool and per what its sessions are keyed by (principal, forwarded
+    /// credential, declared capabilities): learned from the lists passed on to that caller, as
+    /// a server may describe its tools differently to each.
+    declared: Mutex<HashMap<(PoolKey, String), TaskSupport>>,
 }
 
 /// Tools whose declared task support is remembered per replica; past it, the memory starts
@@ -84,8 +85,8 @@ impl Tasks {
     }
 
     /// Learns the task support the legacy server declared for its tools from a `tools/list`
-    /// result passed on to the caller `scope`.
-    pub fn learn(&self, scope: &CallerScope, list: &Value) {
+    /// result passed on to a caller whose sessions are keyed `key`.
+    pub fn learn(&self, key: &PoolKey, list: &Value) {
         let Some(tools) = list.get("tools").and_then(Value::as_array) else {
             return;
         };
@@ -102,7 +103,7 @@ impl Tasks {
                 Some("required") => TaskSupport::Required,
                 _ => TaskSupport::Forbidden,
             };
-            let key = (scope.clone(), name.to_owned());
+            let key = (key.clone(), name.to_owned());
             if support == TaskSupport::Forbidden {
                 declared.remove(&key);
                 continue;
@@ -129,7 +130,7 @@ impl Tasks {
             return TaskSupport::Forbidden;
         }
         declared
-            .get(&(call.scope(), name.to_owned()))
+            .get(&(tools_key(call), name.to_owned()))
             .copied()
             .unwrap_or(TaskSupport::Forbidden)
     }
@@ -353,6 +354,14 @@ impl Tasks {
             (message, serde_json::to_value(error).unwrap_or_default())
         }))
     }
+}
+
+/// The key a call's sessions, and so the tool lists it is shown, are kept under.
+pub fn tools_key(call: &Call) -> PoolKey {
+    PoolKey::new(
+        &call.scope(),
+        &mrtr_wire::capabilities::Declared::from_modern(&call.meta.client_capabilities),
+    )
 }
 
 /// Whether a request's client capabilities declare the extension.

@@ -181,6 +181,8 @@ impl Task {
         let ms = |k: &str| v.get(k).and_then(Value::as_u64).map(Duration::from_millis);
         Some(Task {
             id: v.get("taskId")?.as_str()?.to_owned(),
+            // A record read back is shown, never admitted: its quota caller is not stored and
+            // this one is never counted against.
             caller: Caller::of(&principal, [0, 0, 0, 0].into(), false, 0),
             principal,
             status,

@@ -329,24 +329,19 @@ fn stopped(entry: &Entry) -> Rejection {
 fn settle(r: &Running, end: Result<Value, Rejection>) -> TaskEnd {
     let cancelled = r.entry.cancel.is_cancelled() && !r.entry.given_up();
     let mut task = r.entry.task();
-    let status = match (&end, cancelled) {
-        (_, true) => Status::Cancelled,
-        (Ok(_), false) => Status::Completed,
-        (Err(_), false) => Status::Failed,
-    };
     if !task.status.is_terminal() {
         match end {
-            Ok(result) if status == Status::Completed => {
+            _ if cancelled => task.set(Status::Cancelled, Some("cancelled by the client".into())),
+            Ok(result) => {
                 task.result = Some(result);
                 task.set(Status::Completed, None);
             }
-            Err(rej) if status == Status::Failed => {
+            Err(rej) => {
                 let (_, error) = (r.render)(&rej);
                 let message = error.message.clone();
                 task.error = serde_json::to_value(error).ok();
                 task.set(Status::Failed, Some(message));
             }
-            _ => task.set(Status::Cancelled, Some("cancelled by the client".into())),
         }
     }
     match task.status {
