@@ -21,6 +21,11 @@ use mrtr_gateway::state::{
 };
 use serde_json::json;
 
+/// The shipped binary's allocator (`src/main.rs`), so allocation costs are the ones it pays.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Plaintext sizes, in bytes of payload JSON.
 const SIZES: [usize; 3] = [512, 4096, 65536];
 

@@ -6,8 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use xaes_256_gcm::Xaes256Gcm;
-use xaes_256_gcm::aead::KeyInit;
+use super::xaes::Xaes;
 
 /// One state key as configured: its id (in every token) and its 32-byte secret.
 #[derive(Debug, Clone)]
@@ -27,7 +26,7 @@ pub fn valid_key_id(id: &str) -> bool {
 
 pub struct RingKey {
     pub id: String,
-    pub(crate) cipher: Xaes256Gcm,
+    pub(crate) cipher: Xaes,
     seals: AtomicU64,
 }
 
@@ -61,7 +60,7 @@ impl KeyRing {
                 .iter()
                 .map(|s| RingKey {
                     id: s.id.clone(),
-                    cipher: Xaes256Gcm::new(&s.secret.into()),
+                    cipher: Xaes::new(&s.secret),
                     seals: AtomicU64::new(0),
                 })
                 .collect(),

@@ -6,6 +6,7 @@ pub mod key_ring;
 pub mod payload;
 pub mod seal;
 pub mod session_ticket;
+pub mod xaes;
 
 use std::sync::Arc;
 use std::time::Duration;
