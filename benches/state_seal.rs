@@ -70,7 +70,7 @@ fn payload_of(codec: &StateCodec, size: usize) -> StatePayload {
     loop {
         p.ans.insert(
             "elicit-a1b2c3d4e5f6".into(),
-            json!({"action": "accept", "content": {"note": "x".repeat(pad)}}),
+            json!({"action": "accept", "content": {"note": "x".repeat(pad)}}).into(),
         );
         let len = serde_json::to_vec(&p).expect("serializes").len();
         if len >= size {

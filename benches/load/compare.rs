@@ -73,6 +73,14 @@ const SCENARIOS: [(Flow, Path); 6] = [
     (Flow::Elicit, Path::Gateway),
 ];
 
+fn modern_capabilities(roots: bool) -> Value {
+    if roots {
+        serde_json::json!({"elicitation": {"form": {}}, "roots": {"listChanged": true}})
+    } else {
+        serde_json::json!({"elicitation": {"form": {}}})
+    }
+}
+
 /// One caller's clients: a warm legacy session, one through nginx, and a modern client
 /// (and, for `--otlp`, one through the gateway that exports traces).
 pub struct Caller {
@@ -83,27 +91,28 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// `roots`: the modern client also declares `roots`, as desktop clients do (the gateway
+    /// then expects a `roots/list` in every round until it has learned the tool's rounds).
     pub async fn connect(
         legacy_url: &str,
         nginx_url: &str,
         gateway_url: &str,
+        roots: bool,
     ) -> Result<Caller, String> {
         Ok(Caller {
             direct: LegacyClient::connect(legacy_url).await?,
             via_nginx: LegacyClient::connect(nginx_url).await?,
-            // The same capabilities the direct client declares: elicitation (form) only.
-            modern: ModernClient::new(gateway_url)
-                .with_capabilities(serde_json::json!({"elicitation": {"form": {}}})),
+            // The capabilities the direct client declares (elicitation, form only), and roots
+            // when asked for.
+            modern: ModernClient::new(gateway_url).with_capabilities(modern_capabilities(roots)),
             traced: None,
         })
     }
 
     /// The same caller with a client of the gateway at `traced_url` as well.
     pub fn with_traced(mut self, traced_url: &str) -> Caller {
-        self.traced = Some(
-            ModernClient::new(traced_url)
-                .with_capabilities(serde_json::json!({"elicitation": {"form": {}}})),
-        );
+        self.traced =
+            Some(ModernClient::new(traced_url).with_capabilities(self.modern.capabilities.clone()));
         self
     }
 

@@ -31,8 +31,12 @@ pub fn text_of(result: &Value) -> &str {
 }
 
 /// Answers a form elicitation (a legacy server request, or a modern `inputRequests` entry:
-/// both carry `params.requestedSchema`) with `"<field>-answer"` for every field.
+/// both carry `params.requestedSchema`) with `"<field>-answer"` for every field, and a
+/// `roots/list` (asked only of clients run with `--roots`) with no roots.
 pub fn answer_form(request: &Value) -> Value {
+    if request["method"] == "roots/list" {
+        return json!({"roots": []});
+    }
     let mut content = serde_json::Map::new();
     if let Some(props) = request
         .pointer("/params/requestedSchema/properties")

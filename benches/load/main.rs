@@ -70,6 +70,9 @@ struct Args {
     /// The gateway's `parking.default_policy`: park-then-replay (default) or replay.
     #[arg(long, default_value = "park-then-replay")]
     policy: String,
+    /// The gateway's clients declare `roots` (as desktop clients do), not only elicitation.
+    #[arg(long)]
+    roots: bool,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -256,7 +259,7 @@ async fn measure(
     let mut callers = Vec::with_capacity(clients);
     for _ in 0..clients {
         callers.push(Arc::new(
-            compare::Caller::connect(&legacy.url(), &hop.url, &gw.url).await?,
+            compare::Caller::connect(&legacy.url(), &hop.url, &gw.url, args.roots).await?,
         ));
     }
     let opened_before = gw
@@ -289,7 +292,7 @@ async fn measure(
     let setup = format!(
         "mrtr-load: {} clients; {} rounds of {:?} slices per scenario after {:?} warm-up each; \
          gateway = child process (release mrtr-gateway serve, gather_window {}, gather_quiet {}, parking {}, log.level {}); \
-         legacy server and clients in this process; {} CPUs; the gateway opened {} legacy sessions and discarded {} from its pool over {} measured calls",
+         legacy server and clients in this process; {} CPUs; gateway clients declare {}; the gateway opened {} legacy sessions and discarded {} from its pool over {} measured calls",
         clients,
         rounds,
         args.slice,
@@ -299,6 +302,11 @@ async fn measure(
         options.policy,
         options.log_level,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
+        if args.roots {
+            "elicitation and roots"
+        } else {
+            "elicitation"
+        },
         opened,
         discarded,
         served,
@@ -312,6 +320,7 @@ async fn measure(
         "gather_quiet": options.gather_quiet,
         "parking_policy": options.policy,
         "log_level": options.log_level,
+        "clients_declare_roots": args.roots,
         "legacy_sessions_opened": opened,
         "pool_discards": discarded,
         "gateway_calls_measured": served,
@@ -344,7 +353,7 @@ async fn otlp_run(
     for _ in 0..args.clients {
         // The nginx client is unused here: it talks to the legacy server directly.
         callers.push(Arc::new(
-            compare::Caller::connect(&legacy.url(), &legacy.url(), &gw.url)
+            compare::Caller::connect(&legacy.url(), &legacy.url(), &gw.url, args.roots)
                 .await?
                 .with_traced(&traced.url),
         ));

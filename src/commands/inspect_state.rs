@@ -60,7 +60,7 @@ pub fn inspect(config: &Config, token: &str, show_answers: bool) -> Result<Strin
     }
     let _ = writeln!(out, "answers ({}):", p.ans.len());
     for (k, v) in &p.ans {
-        let text = serde_json::to_string(v).unwrap_or_default();
+        let text = v.json();
         if show_answers {
             let _ = writeln!(out, "  {k}: {text}");
         } else {

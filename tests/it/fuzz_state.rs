@@ -32,7 +32,7 @@ fn genuine(c: &StateCodec) -> String {
     let mut p = c.fresh_payload("alice", "origin-digest", now_secs());
     p.ans.insert(
         "elicit-0123456789ab".into(),
-        json!({"action": "accept", "content": {"name": "Ada"}}),
+        json!({"action": "accept", "content": {"name": "Ada"}}).into(),
     );
     c.seal(&p).unwrap().0
 }

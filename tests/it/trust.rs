@@ -744,7 +744,7 @@ async fn inspect_state_shows_fields_but_hides_answers_unless_asked() {
     let (mut payload, _) = codec.open(&state, mrtr_gateway::state::now_secs()).unwrap();
     payload.ans.insert(
         key.clone(),
-        json!({"action": "accept", "content": {"confirm": "secret-yes"}}),
+        json!({"action": "accept", "content": {"confirm": "secret-yes"}}).into(),
     );
     let with_answer = codec.seal(&payload).unwrap().0;
     let dir = std::env::temp_dir().join(format!("mrtr-inspect-{}", rand_suffix()));

@@ -12,10 +12,33 @@ use serde_json::{Map, Value};
 
 use super::input_response::validate;
 use crate::error::{Rejection, RejectionKind};
-use crate::state::{InputKind, StatePayload};
+use crate::state::{Answer, InputKind, StatePayload};
+
+/// An answer the book knows: carried in the presented state (its text, read when the server
+/// asks for it), or sent with this retry.
+enum Known {
+    Carried(Answer),
+    Sent(Value),
+}
+
+impl Known {
+    fn value(&self) -> Value {
+        match self {
+            Known::Carried(a) => a.to_value(),
+            Known::Sent(v) => v.clone(),
+        }
+    }
+
+    fn carry(&self) -> Answer {
+        match self {
+            Known::Carried(a) => a.clone(),
+            Known::Sent(v) => Answer::from_value(v),
+        }
+    }
+}
 
 pub struct AnswerBook {
-    known: BTreeMap<String, Value>,
+    known: BTreeMap<String, Known>,
     validated: BTreeSet<String>,
     /// Answers to carry into the next state even if this execution does not reach them.
     keep: BTreeSet<String>,
@@ -42,7 +65,7 @@ impl AnswerBook {
         };
         if let Some(p) = prior {
             for (k, v) in &p.ans {
-                book.known.insert(k.clone(), v.clone());
+                book.known.insert(k.clone(), Known::Carried(v.clone()));
                 book.validated.insert(k.clone());
                 book.keep.insert(k.clone());
             }
@@ -57,35 +80,36 @@ impl AnswerBook {
                 book.validated.insert(key.clone());
                 book.keep.insert(key.clone());
             }
-            book.known.insert(key.clone(), answer.clone());
+            book.known.insert(key.clone(), Known::Sent(answer.clone()));
         }
         Ok(book)
     }
 
     /// The answer for `key`, validated as `kind`; `Ok(None)` when the client has not answered.
     pub fn answer(&mut self, key: &str, kind: InputKind) -> Result<Option<Value>, Rejection> {
-        let Some(answer) = self.known.get(key) else {
+        let Some(known) = self.known.get(key) else {
             return Ok(None);
         };
+        let answer = known.value();
         if !self.validated.contains(key) {
-            validate(kind, answer).map_err(|m| bad_answer(key, &m))?;
+            validate(kind, &answer).map_err(|m| bad_answer(key, &m))?;
             self.validated.insert(key.to_string());
         }
         self.consumed.insert(key.to_string());
-        Ok(Some(answer.clone()))
+        Ok(Some(answer))
     }
 
     /// The answer for `key`, if any, without using it.
-    pub fn peek(&self, key: &str) -> Option<&Value> {
-        self.known.get(key)
+    pub fn peek(&self, key: &str) -> Option<Value> {
+        self.known.get(key).map(Known::value)
     }
 
-    /// Answers the next state carries.
-    pub fn carry(&self) -> BTreeMap<String, Value> {
+    /// Answers the next state carries (those from the presented state as they came, as text).
+    pub fn carry(&self) -> BTreeMap<String, Answer> {
         self.known
             .iter()
             .filter(|(k, _)| self.consumed.contains(*k) || self.keep.contains(*k))
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, v)| (k.clone(), v.carry()))
             .collect()
     }
 }

@@ -30,7 +30,7 @@ pub fn rejection(
     let largest = payload
         .ans
         .iter()
-        .map(|(key, answer)| (key, serde_json::to_vec(answer).map_or(0, |b| b.len())))
+        .map(|(key, answer)| (key, answer.json().len()))
         .max_by_key(|(_, len)| *len);
     let without_answers = StatePayload {
         ans: Default::default(),
@@ -98,9 +98,12 @@ mod tests {
     fn answers_that_do_not_fit_are_the_clients_fault_and_named() {
         let c = codec(2048);
         let mut p = c.fresh_payload("anonymous", "origin", 1_000);
-        p.ans.insert("small".into(), json!({"action": "accept"}));
         p.ans
-            .insert("elicit-big".into(), json!({"text": "x".repeat(4000)}));
+            .insert("small".into(), json!({"action": "accept"}).into());
+        p.ans.insert(
+            "elicit-big".into(),
+            json!({"text": "x".repeat(4000)}).into(),
+        );
         p.pnd.insert("elicit-next".into(), pending("s".into()));
         let e = c.seal(&p).unwrap_err();
         let rej = rejection(&c, "tool \"t\"", &p, e);
@@ -120,7 +123,7 @@ mod tests {
     fn questions_that_do_not_fit_are_the_upstreams_fault() {
         let c = codec(1024);
         let mut p = c.fresh_payload("anonymous", "origin", 1_000);
-        p.ans.insert("a".into(), json!("short"));
+        p.ans.insert("a".into(), json!("short").into());
         p.pnd.insert("elicit-q".into(), pending("q".repeat(3000)));
         let e = c.seal(&p).unwrap_err();
         let r = rejection(&c, "tool \"t\"", &p, e);

@@ -14,7 +14,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 pub use key_ring::{KeyRing, StateKeySpec, valid_key_id};
-pub use payload::{InputKind, ParkRef, Pending, StatePayload};
+pub use payload::{Answer, InputKind, ParkRef, Pending, StatePayload};
 pub use seal::OpenError;
 pub use session_ticket::SessionTicket;
 
@@ -185,8 +185,10 @@ mod tests {
     fn payload_round_trips_and_expires() {
         let c = codec();
         let mut p = c.fresh_payload("anonymous", "digest", 1_000);
-        p.ans
-            .insert("elicit-1".into(), serde_json::json!({"action":"accept"}));
+        p.ans.insert(
+            "elicit-1".into(),
+            serde_json::json!({"action":"accept"}).into(),
+        );
         p.pnd.insert(
             "roots-2".into(),
             Pending {
@@ -211,7 +213,7 @@ mod tests {
         let c = codec();
         let mut p = c.fresh_payload("anonymous", "digest", 1_000);
         p.ans
-            .insert("big".into(), serde_json::json!("x".repeat(5000)));
+            .insert("big".into(), serde_json::json!("x".repeat(5000)).into());
         let e = c.seal(&p).unwrap_err();
         assert!(e.size > e.limit && e.limit == 4096);
     }

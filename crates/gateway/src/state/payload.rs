@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// The kind of input a pending key asks for; it decides how its answer is validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +35,45 @@ impl InputKind {
             InputKind::Sampling => "sampling",
             InputKind::Roots => "roots",
         }
+    }
+}
+
+/// One answer a state carries, kept as the JSON text it was first written as.
+///
+/// Carried answers travel through every later round unchanged, so they are never taken apart
+/// on the way: a state is opened without building their trees, and sealed again by copying
+/// their text (no re-escaping of what the user typed). The engine reads one as a [`Value`]
+/// only when the legacy server asks for it ([`Answer::to_value`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Answer(Box<RawValue>);
+
+impl Answer {
+    /// An answer as the client sent it.
+    pub fn from_value(value: &Value) -> Answer {
+        Answer(serde_json::value::to_raw_value(value).expect("a JSON value serializes"))
+    }
+
+    /// The answer as a JSON value.
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.0.get()).expect("an answer's text is JSON (checked when read)")
+    }
+
+    /// The answer's JSON text.
+    pub fn json(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for Answer {
+    fn eq(&self, other: &Answer) -> bool {
+        self.json() == other.json()
+    }
+}
+
+impl From<Value> for Answer {
+    fn from(value: Value) -> Answer {
+        Answer::from_value(&value)
     }
 }
 
@@ -79,7 +119,7 @@ pub struct StatePayload {
     pub rnd: u32,
     /// Answers gathered so far, by input key (bare result objects as the client sent them).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub ans: BTreeMap<String, Value>,
+    pub ans: BTreeMap<String, Answer>,
     /// Keys asked in the round this state belongs to, with what each asks for.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pnd: BTreeMap<String, Pending>,
@@ -98,4 +138,35 @@ pub fn random_id() -> String {
     let mut b = [0u8; 16];
     getrandom::fill(&mut b).expect("the OS random source failed");
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn carried_answers_keep_their_text_and_read_back_as_the_same_values() {
+        let v =
+            json!({"action": "accept", "content": {"note": "a \"quoted\" line\nand é", "n": 1.5}});
+        let a = Answer::from_value(&v);
+        assert_eq!(a.to_value(), v);
+        assert_eq!(a.json(), serde_json::to_string(&v).unwrap());
+        // The payload's JSON is what earlier releases wrote (answers as plain JSON values), so
+        // states sealed before this type existed open, and seal again unchanged.
+        let written = json!({
+            "id": "x", "iat": 1, "exp": 2, "prn": "p", "org": "o", "rnd": 1,
+            "ans": {"elicit-1": v},
+        });
+        let bytes = serde_json::to_vec(&written).unwrap();
+        let p: StatePayload = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(p.ans["elicit-1"].to_value(), v);
+        assert_eq!(serde_json::to_vec(&p).unwrap(), bytes);
+    }
+
+    #[test]
+    fn an_answer_that_is_not_json_makes_the_payload_unreadable() {
+        let bad = br#"{"id":"x","iat":1,"exp":2,"prn":"p","org":"o","rnd":1,"ans":{"k":{"a":}}}"#;
+        assert!(serde_json::from_slice::<StatePayload>(bad).is_err());
+    }
 }
