@@ -109,6 +109,15 @@ impl Caller {
         })
     }
 
+    /// The same caller, its gateway client sending `authorization` with every request.
+    pub fn with_credential(mut self, authorization: &str) -> Caller {
+        let value = http::HeaderValue::from_str(authorization).expect("a valid header value");
+        self.modern
+            .headers
+            .insert(http::header::AUTHORIZATION, value);
+        self
+    }
+
     /// The same caller with a client of the gateway at `traced_url` as well.
     pub fn with_traced(mut self, traced_url: &str) -> Caller {
         self.traced =

@@ -43,6 +43,9 @@ pub struct GatewayOptions {
     pub prefix: Vec<String>,
     /// `tracing.otlp_endpoint` (trace export off when `None`, the shipped default).
     pub otlp_endpoint: Option<String>,
+    /// `auth.upstream_credentials = "forward"`: each client's own `Authorization` goes
+    /// upstream, so clients sending different ones are different callers to every pool.
+    pub forward_credentials: bool,
 }
 
 impl Default for GatewayOptions {
@@ -62,6 +65,7 @@ impl Default for GatewayOptions {
             binary: None,
             prefix: Vec::new(),
             otlp_endpoint: None,
+            forward_credentials: false,
         }
     }
 }
@@ -121,6 +125,9 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
         reserve = o.newcomer_reserve,
     );
     text.push_str(&tracing);
+    if o.forward_credentials {
+        text.push_str("[auth]\nupstream_credentials = \"forward\"\n");
+    }
     text
 }
 

@@ -73,6 +73,12 @@ struct Args {
     /// The gateway's clients declare `roots` (as desktop clients do), not only elicitation.
     #[arg(long)]
     roots: bool,
+    /// Make each gateway client a caller of its own, as distinct users are: the gateway
+    /// forwards the client's `Authorization` upstream (`auth.upstream_credentials =
+    /// "forward"`) and each client sends its own bearer token, so pools key and share
+    /// per client. Without it every client is the same anonymous caller.
+    #[arg(long)]
+    distinct_callers: bool,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -150,6 +156,7 @@ async fn run(args: Args) -> Result<(), String> {
             .as_deref()
             .map(|p| p.split_whitespace().map(str::to_string).collect())
             .unwrap_or_default(),
+        forward_credentials: args.distinct_callers,
         ..GatewayOptions::default()
     };
     if let Some(n) = args.park {
@@ -257,10 +264,13 @@ async fn measure(
         .round()
         .max(1.0) as usize;
     let mut callers = Vec::with_capacity(clients);
-    for _ in 0..clients {
-        callers.push(Arc::new(
-            compare::Caller::connect(&legacy.url(), &hop.url, &gw.url, args.roots).await?,
-        ));
+    for i in 0..clients {
+        let mut caller =
+            compare::Caller::connect(&legacy.url(), &hop.url, &gw.url, args.roots).await?;
+        if args.distinct_callers {
+            caller = caller.with_credential(&format!("Bearer load-caller-{i}"));
+        }
+        callers.push(Arc::new(caller));
     }
     let opened_before = gw
         .metric("mrtr_gateway_legacy_sessions_opened_total", &[])
@@ -292,7 +302,7 @@ async fn measure(
     let setup = format!(
         "mrtr-load: {} clients; {} rounds of {:?} slices per scenario after {:?} warm-up each; \
          gateway = child process (release mrtr-gateway serve, gather_window {}, gather_quiet {}, parking {}, log.level {}); \
-         legacy server and clients in this process; {} CPUs; gateway clients declare {}; the gateway opened {} legacy sessions and discarded {} from its pool over {} measured calls",
+         legacy server and clients in this process; {} CPUs; gateway clients declare {} and are {}; the gateway opened {} legacy sessions and discarded {} from its pool over {} measured calls",
         clients,
         rounds,
         args.slice,
@@ -306,6 +316,11 @@ async fn measure(
             "elicitation and roots"
         } else {
             "elicitation"
+        },
+        if args.distinct_callers {
+            "distinct callers (own forwarded credential each)"
+        } else {
+            "one anonymous caller"
         },
         opened,
         discarded,
@@ -321,6 +336,7 @@ async fn measure(
         "parking_policy": options.policy,
         "log_level": options.log_level,
         "clients_declare_roots": args.roots,
+        "distinct_callers": args.distinct_callers,
         "legacy_sessions_opened": opened,
         "pool_discards": discarded,
         "gateway_calls_measured": served,

@@ -15,6 +15,7 @@
 
 mod otlp_client;
 pub mod otlp_export;
+mod span_fields;
 pub mod spans;
 
 use std::io::IsTerminal;
@@ -77,6 +78,7 @@ pub fn init(level: &str, format: LogFormat, traces: Option<TraceExport>) -> Logg
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .with_current_span(true)
+            .fmt_fields(span_fields::SpanFields)
             .with_writer(writer)
             .with_filter(filter)
             .boxed(),
