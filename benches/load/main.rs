@@ -9,7 +9,7 @@
 //! scripts/soak.sh --duration 2m                                        # --soak
 //! scripts/park.sh 10000                                                # --park N
 //! cargo bench --bench load -- --idle 1000                              # memory per idle connection
-//! cargo bench --bench load -- --sweep 32,256,1024 --duration 12s --plot docs/performance-sweep.svg
+//! cargo bench --bench load -- --sweep 32,256,1024 --duration 12s --distinct-callers --plot docs/performance-sweep.svg
 //! ```
 //!
 //! Everything runs on this machine: the fast legacy server and the clients in this process,

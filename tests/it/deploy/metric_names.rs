@@ -38,6 +38,7 @@ pub const METRICS: &[&str] = &[
     "legacy_get_streams",
     "accept_errors_total",
     "roots_refreshes_total",
+    "pool_discards_total",
     "state_only_rounds_total",
     "trace_spans_total",
     "trace_queued_spans",
