@@ -79,6 +79,11 @@ struct Args {
     /// per client. Without it every client is the same anonymous caller.
     #[arg(long)]
     distinct_callers: bool,
+    /// nginx writes its default access log (one line per request, to a file), as the
+    /// gateway writes its access line at its default `log.level`; without it nginx logs no
+    /// request (the stricter reference).
+    #[arg(long)]
+    nginx_access_log: bool,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -259,7 +264,7 @@ async fn measure(
     clients: usize,
 ) -> Result<(compare::Comparison, String, serde_json::Value), String> {
     let duration = args.duration.unwrap_or(Duration::from_secs(60));
-    let hop = nginx::NginxHop::start(&legacy.url()).await?;
+    let hop = nginx::NginxHop::start(&legacy.url(), args.nginx_access_log).await?;
     let rounds = ((duration.as_secs_f64() / 6.0) / args.slice.as_secs_f64())
         .round()
         .max(1.0) as usize;
@@ -302,7 +307,7 @@ async fn measure(
     let setup = format!(
         "mrtr-load: {} clients; {} rounds of {:?} slices per scenario after {:?} warm-up each; \
          gateway = child process (release mrtr-gateway serve, gather_window {}, gather_quiet {}, parking {}, log.level {}); \
-         legacy server and clients in this process; {} CPUs; gateway clients declare {} and are {}; the gateway opened {} legacy sessions and discarded {} from its pool over {} measured calls",
+         legacy server and clients in this process; {} CPUs; gateway clients declare {} and are {}; nginx with {}; the gateway opened {} legacy sessions and discarded {} from its pool over {} measured calls",
         clients,
         rounds,
         args.slice,
@@ -322,6 +327,11 @@ async fn measure(
         } else {
             "one anonymous caller"
         },
+        if args.nginx_access_log {
+            "its access log on"
+        } else {
+            "no access log"
+        },
         opened,
         discarded,
         served,
@@ -337,6 +347,7 @@ async fn measure(
         "log_level": options.log_level,
         "clients_declare_roots": args.roots,
         "distinct_callers": args.distinct_callers,
+        "nginx_access_log": args.nginx_access_log,
         "legacy_sessions_opened": opened,
         "pool_discards": discarded,
         "gateway_calls_measured": served,

@@ -20,7 +20,9 @@ pub struct NginxHop {
 
 impl NginxHop {
     /// A proxy to `backend_url` (`http://127.0.0.1:PORT/mcp`); the hop's URL keeps the path.
-    pub async fn start(backend_url: &str) -> Result<NginxHop, String> {
+    /// `access_log`: nginx writes its default access log (one line per request, unbuffered,
+    /// as Debian's stock configuration does) to a file in its directory; otherwise none.
+    pub async fn start(backend_url: &str, access_log: bool) -> Result<NginxHop, String> {
         let uri: http::Uri = backend_url
             .parse()
             .map_err(|e| format!("backend URL {backend_url}: {e}"))?;
@@ -31,7 +33,7 @@ impl NginxHop {
         let mut last = String::new();
         // A port found free can be taken before nginx binds it: a few tries.
         for _ in 0..5 {
-            match Self::try_start(&backend, uri.path()).await {
+            match Self::try_start(&backend, uri.path(), access_log).await {
                 Ok(hop) => return Ok(hop),
                 Err(e) => last = e,
             }
@@ -39,7 +41,7 @@ impl NginxHop {
         Err(format!("nginx did not start: {last}"))
     }
 
-    async fn try_start(backend: &str, path: &str) -> Result<NginxHop, String> {
+    async fn try_start(backend: &str, path: &str, access_log: bool) -> Result<NginxHop, String> {
         let dir = std::env::temp_dir().join(format!(
             "mrtr-load-nginx-{}-{}",
             std::process::id(),
@@ -47,12 +49,17 @@ impl NginxHop {
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let port = free_port()?;
+        let log = if access_log {
+            format!("access_log {}/access.log;", dir.display())
+        } else {
+            String::new()
+        };
         let conf = ProxyConf {
             dir: &dir,
             listen: format!("127.0.0.1:{port}"),
             backend,
             keepalive: 256,
-            server_extra: "",
+            server_extra: &log,
             location_extra: "",
             log_level: "warn",
             read_timeout: "120s",
