@@ -458,8 +458,23 @@ async fn unsafe_urls_in_a_questions_text_hold_the_question_back() {
     s.stop().await;
 }
 
+/// A POST of `body` on the passed-through legacy session `session` (a 2025-11-25 client).
+async fn on_legacy_session(c: &ModernClient, session: &str, body: Value) -> Exchange {
+    c.send_raw(
+        http::Method::POST,
+        headers(&[
+            ("mcp-session-id", session),
+            ("mcp-protocol-version", "2025-11-25"),
+        ]),
+        bytes::Bytes::from(body.to_string()),
+    )
+    .await
+    .unwrap()
+}
+
 /// A legacy error's `data` goes to the client as it is, unless it carries a URL the policy
-/// refuses: then it is dropped (code and message still go through) and counted.
+/// refuses: then it is dropped (code and message still go through) and counted. The same on
+/// both paths: a 2026-07-28 client's call, and a legacy client's session passed through.
 #[tokio::test]
 async fn a_legacy_errors_data_with_an_unsafe_url_is_dropped() {
     let handlers = Handlers::new()
@@ -499,6 +514,46 @@ async fn a_legacy_errors_data_with_an_unsafe_url_is_dropped() {
             &[("kind", "error_data"), ("reason", "url_in_text")]
         ),
         1.0
+    );
+
+    // A legacy client on the dual-era front: its session is relayed, its errors reviewed.
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "raw-legacy", "version": "1"}}});
+    let init = client
+        .send_raw(
+            http::Method::POST,
+            http::HeaderMap::new(),
+            bytes::Bytes::from(initialize.to_string()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(init.result().unwrap()["protocolVersion"], "2025-11-25");
+    let session = init.headers["mcp-session-id"].to_str().unwrap().to_string();
+    let call = |id: i64, name: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": name, "arguments": {}}})
+    };
+    let bad = on_legacy_session(&client, &session, call(1, "bad_help")).await;
+    let error = &bad.message.as_ref().unwrap()["error"];
+    assert_eq!(error["message"], "broken", "{error}");
+    assert!(error.get("data").is_none(), "{error}");
+    assert!(
+        !String::from_utf8_lossy(&bad.raw_body).contains("10.0.0.1"),
+        "the URL reached the legacy client"
+    );
+    let good = on_legacy_session(&client, &session, call(2, "good_help")).await;
+    assert_eq!(
+        good.message.as_ref().unwrap()["error"]["data"]["help"],
+        "https://docs.example.com/errors#broken"
+    );
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_policy_refusals_total",
+            &[("kind", "error_data"), ("reason", "url_in_text")]
+        ),
+        2.0
     );
     env.stop().await;
 }

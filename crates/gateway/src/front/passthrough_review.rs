@@ -13,6 +13,8 @@
 //!   answers it, with [`policy::Refusal::legacy_answer`];
 //! - reviews the URL elicitations of a legacy -32042 error the same way: one refused turns
 //!   the error into the one the MRTR path ends such a call with (-32603, `policyReason`);
+//! - drops the `data` of any other error when it carries a URL the policy refuses, as the
+//!   MRTR path does (`policy.url.review_text`);
 //! - passes every other event as it came (re-framed, same id, type, retry and data).
 //!
 //! Which call asked: on a POST stream, the call the client POSTed (`tools/call`, `prompts/get`,
@@ -216,12 +218,16 @@ impl Screen {
         }
     }
 
-    /// Reviews one JSON-RPC message if it is a question.
+    /// Reviews one JSON-RPC message if it is a question, or an error whose `data` a client
+    /// may show.
     async fn screen_message(&self, msg: &Value) -> Screened {
         if msg.pointer("/error/code").and_then(Value::as_i64)
             == Some(codes::LEGACY_URL_ELICITATION_REQUIRED)
         {
             return self.screen_url_required(msg);
+        }
+        if msg.get("error").is_some() {
+            return self.screen_error_data(msg);
         }
         let (Some(method), Some(id)) = (msg.get("method").and_then(Value::as_str), msg.get("id"))
         else {
@@ -306,6 +312,27 @@ impl Screen {
         if let Some(slot) = msg.pointer_mut("/error/data/elicitations") {
             *slot = Value::Array(shown);
         }
+        Screened::Rewritten(msg)
+    }
+
+    /// An error's `data` that carries a URL the policy refuses is dropped, as on the MRTR
+    /// path (`policy.url.review_text`); the code and message go through.
+    fn screen_error_data(&self, msg: &Value) -> Screened {
+        let cfg = self.engine.config();
+        let mut msg = msg.clone();
+        let Some(refused) = msg
+            .get_mut("error")
+            .and_then(|err| crate::policy::text_urls::drop_unsafe_error_data(err, &cfg.policy.url))
+        else {
+            return Screened::Unchanged;
+        };
+        self.engine.metrics.policy().error_data_refused();
+        tracing::warn!(
+            call = self.call.as_ref().map_or("", |c| c.method.as_str()),
+            reason = refused.refusal.reason(),
+            url_host = refused.origin.as_ref().map_or("", |o| o.host.as_str()),
+            "dropped a passed-through legacy error's data: it carries a URL the policy refuses"
+        );
         Screened::Rewritten(msg)
     }
 

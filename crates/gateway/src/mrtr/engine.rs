@@ -647,18 +647,10 @@ fn final_result(
 /// refuses (`policy.url.review_text`), it is dropped (the code and message still go through).
 fn drop_unsafe_error_data(engine: &Engine, call: &Call, err: &mut Value) {
     let cfg = engine.config();
-    if !cfg.policy.url.review_text {
-        return;
-    }
-    let Some(refused) = err
-        .get("data")
-        .and_then(|d| crate::policy::text_urls::first_refused_in(d, &cfg.policy.url))
+    let Some(refused) = crate::policy::text_urls::drop_unsafe_error_data(err, &cfg.policy.url)
     else {
         return;
     };
-    if let Some(obj) = err.as_object_mut() {
-        obj.remove("data");
-    }
     engine.metrics.policy().error_data_refused();
     tracing::warn!(
         call = %call.describe(),

@@ -69,6 +69,21 @@ pub fn first_refused_in(value: &Value, policy: &UrlPolicy) -> Option<Refused> {
     }
 }
 
+/// Drops the `data` of a JSON-RPC error object `err` when it carries a URL the policy refuses
+/// (with `policy.url.review_text` on); the code and message stay. Returns what was refused.
+/// Every path that hands a legacy server's error to a client goes through this: the MRTR
+/// engine and the passed-through legacy sessions.
+pub fn drop_unsafe_error_data(err: &mut Value, policy: &UrlPolicy) -> Option<Refused> {
+    if !policy.review_text {
+        return None;
+    }
+    let refused = err.get("data").and_then(|d| first_refused_in(d, policy))?;
+    if let Some(obj) = err.as_object_mut() {
+        obj.remove("data");
+    }
+    Some(refused)
+}
+
 /// The texts of an elicitation a client shows: its `message`, and each form field's
 /// `description` and string `default`, with where each is (for the refusal's detail).
 pub fn elicitation_texts(request: &Value) -> Vec<(String, &str)> {
