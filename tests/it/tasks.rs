@@ -562,6 +562,27 @@ async fn a_tool_whose_legacy_descriptor_supports_tasks_becomes_one_after_the_cal
         call(&sampling_alice, "migrate", json!({})).await["resultType"],
         "complete"
     );
+    // A reload that leaves [upstream] as it was keeps what was learned; one that changes it
+    // (another server, or an upgraded one) forgets it until the caller lists the tools again.
+    env.gw
+        .apply_config(env.gw.config().as_ref().clone())
+        .unwrap();
+    assert_eq!(
+        call(&alice, "report", json!({})).await["resultType"],
+        "task"
+    );
+    let mut changed = env.gw.config().as_ref().clone();
+    changed.upstream.response_timeout += std::time::Duration::from_secs(1);
+    env.gw.apply_config(changed).unwrap();
+    assert_eq!(
+        call(&alice, "report", json!({})).await["resultType"],
+        "complete"
+    );
+    alice.request("tools/list", json!({})).await.unwrap();
+    assert_eq!(
+        call(&alice, "report", json!({})).await["resultType"],
+        "task"
+    );
     env.stop().await;
 }
 

@@ -219,9 +219,11 @@ impl Gateway {
             self.single_use.store(Arc::new(store));
         }
         if format!("{:?}", old.upstream) != format!("{:?}", new.upstream) {
-            // Another server (or another way to reach it) may ask other questions.
+            // Another server (or another way to reach it) may ask other questions, and
+            // describe its tools otherwise.
             self.engine.round_shapes.clear();
             self.engine.metrics.learned_rounds(0);
+            self.front.tasks.forget_declared();
         }
         self.sessions
             .reconfigure(&old.upstream, &new.upstream, &new.pool);

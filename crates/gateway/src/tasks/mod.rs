@@ -115,6 +115,15 @@ impl Tasks {
         }
     }
 
+    /// Forgets every declared task support (another legacy server, or an upgraded one, may
+    /// describe its tools otherwise): each caller's next `tools/list` teaches it again.
+    pub fn forget_declared(&self) {
+        self.declared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
     /// The task support of `call`'s tool: the first matching `[[tasks.rules]]` entry, or else
     /// what the legacy server declared to this caller.
     fn support(&self, cfg: &Config, call: &Call) -> TaskSupport {
