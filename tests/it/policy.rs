@@ -498,22 +498,33 @@ async fn a_legacy_errors_data_with_an_unsafe_url_is_dropped() {
         );
     let env = env(handlers).await;
     let client = env.client();
-    let bad = call_tool(&client, "bad_help").await;
-    let error = &bad.message.as_ref().unwrap()["error"];
-    assert_eq!(error["message"], "broken");
-    assert!(error.get("data").is_none(), "{error}");
-    let good = call_tool(&client, "good_help").await;
-    assert_eq!(
-        good.message.as_ref().unwrap()["error"]["data"]["help"],
-        "https://docs.example.com/errors#broken"
-    );
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_policy_refusals_total",
-            &[("kind", "error_data"), ("reason", "url_in_text")]
-        ),
-        1.0
+    // The bad error reaches the client without its data, the good one with it; `dropped` so
+    // far on every path.
+    let check = |bad: Exchange, good: Exchange, dropped: f64| {
+        let error = &bad.message.as_ref().unwrap()["error"];
+        assert_eq!(error["message"], "broken", "{error}");
+        assert!(error.get("data").is_none(), "{error}");
+        assert!(
+            !String::from_utf8_lossy(&bad.raw_body).contains("10.0.0.1"),
+            "the URL reached the client"
+        );
+        assert_eq!(
+            good.message.as_ref().unwrap()["error"]["data"]["help"],
+            "https://docs.example.com/errors#broken"
+        );
+        assert_eq!(
+            metric(
+                &env.gw,
+                "mrtr_gateway_policy_refusals_total",
+                &[("kind", "error_data"), ("reason", "url_in_text")]
+            ),
+            dropped
+        );
+    };
+    check(
+        call_tool(&client, "bad_help").await,
+        call_tool(&client, "good_help").await,
+        1.0,
     );
 
     // A legacy client on the dual-era front: its session is relayed, its errors reviewed.
@@ -534,26 +545,10 @@ async fn a_legacy_errors_data_with_an_unsafe_url_is_dropped() {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
                "params": {"name": name, "arguments": {}}})
     };
-    let bad = on_legacy_session(&client, &session, call(1, "bad_help")).await;
-    let error = &bad.message.as_ref().unwrap()["error"];
-    assert_eq!(error["message"], "broken", "{error}");
-    assert!(error.get("data").is_none(), "{error}");
-    assert!(
-        !String::from_utf8_lossy(&bad.raw_body).contains("10.0.0.1"),
-        "the URL reached the legacy client"
-    );
-    let good = on_legacy_session(&client, &session, call(2, "good_help")).await;
-    assert_eq!(
-        good.message.as_ref().unwrap()["error"]["data"]["help"],
-        "https://docs.example.com/errors#broken"
-    );
-    assert_eq!(
-        metric(
-            &env.gw,
-            "mrtr_gateway_policy_refusals_total",
-            &[("kind", "error_data"), ("reason", "url_in_text")]
-        ),
-        2.0
+    check(
+        on_legacy_session(&client, &session, call(1, "bad_help")).await,
+        on_legacy_session(&client, &session, call(2, "good_help")).await,
+        2.0,
     );
     env.stop().await;
 }

@@ -59,12 +59,6 @@ pub struct TasksConfig {
 }
 
 impl TasksConfig {
-    /// How a call of `method` on `name` may become a task, by the rules alone.
-    pub fn support_for(&self, method: &str, name: Option<&str>) -> TaskSupport {
-        self.rule_for(method, name)
-            .unwrap_or(TaskSupport::Forbidden)
-    }
-
     /// What the first matching rule says (`Forbidden` when tasks are off or the method is not
     /// `tools/call`); `None` when no rule matches.
     pub fn rule_for(&self, method: &str, name: Option<&str>) -> Option<TaskSupport> {
@@ -164,7 +158,7 @@ mod tests {
     }
 
     #[test]
-    fn the_first_matching_rule_decides_and_nothing_is_a_task_by_default() {
+    fn the_first_matching_rule_decides_and_without_one_the_descriptor_does() {
         let raw = RawTasks {
             rules: vec![
                 rule(Some("quick"), "forbidden"),
@@ -175,26 +169,25 @@ mod tests {
         };
         let c = tasks_config(&raw, Fractions::default()).unwrap();
         assert_eq!(
-            c.support_for("tools/call", Some("quick")),
-            TaskSupport::Forbidden
+            c.rule_for("tools/call", Some("quick")),
+            Some(TaskSupport::Forbidden)
         );
         assert_eq!(
-            c.support_for("tools/call", Some("build")),
-            TaskSupport::Required
+            c.rule_for("tools/call", Some("build")),
+            Some(TaskSupport::Required)
         );
         assert_eq!(
-            c.support_for("tools/call", Some("other")),
-            TaskSupport::Optional
+            c.rule_for("tools/call", Some("other")),
+            Some(TaskSupport::Optional)
         );
         assert_eq!(
-            c.support_for("prompts/get", Some("build")),
-            TaskSupport::Forbidden
+            c.rule_for("prompts/get", Some("build")),
+            Some(TaskSupport::Forbidden)
         );
         let none = tasks_config(&RawTasks::default(), Fractions::default()).unwrap();
-        assert_eq!(
-            none.support_for("tools/call", Some("x")),
-            TaskSupport::Forbidden
-        );
+        // No rule: the tool's own descriptor decides (`Tasks::support`), forbidden unless it
+        // says otherwise.
+        assert_eq!(none.rule_for("tools/call", Some("x")), None);
         let off = tasks_config(
             &RawTasks {
                 enabled: false,
@@ -204,8 +197,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            off.support_for("tools/call", Some("build")),
-            TaskSupport::Forbidden
+            off.rule_for("tools/call", Some("build")),
+            Some(TaskSupport::Forbidden)
         );
     }
 

@@ -318,6 +318,9 @@ impl Screen {
     /// An error's `data` that carries a URL the policy refuses is dropped, as on the MRTR
     /// path (`policy.url.review_text`); the code and message go through.
     fn screen_error_data(&self, msg: &Value) -> Screened {
+        if msg.pointer("/error/data").is_none() {
+            return Screened::Unchanged;
+        }
         let cfg = self.engine.config();
         let mut msg = msg.clone();
         let Some(refused) = msg

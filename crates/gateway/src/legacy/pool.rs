@@ -225,12 +225,6 @@ impl SessionPool {
         demand.entry(key.clone()).or_default().misses += 1;
     }
 
-    /// How many idle sessions `key` may keep now.
-    pub fn allowance(&self, key: &PoolKey, cfg: &PoolConfig) -> usize {
-        let extra = self.demand().get(key).map_or(0, |d| d.extra);
-        cfg.max_idle_per_key + extra
-    }
-
     fn total(map: &HashMap<PoolKey, Vec<Idle>>) -> usize {
         map.values().map(Vec::len).sum()
     }

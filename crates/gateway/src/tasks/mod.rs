@@ -2,13 +2,13 @@
 //!
 //! A `tools/call` that `[[tasks.rules]]` (or, where no rule matches, the legacy server's own
 //! descriptor, `execution.taskSupport`, learned per caller from `tools/list`) make
-//! task-supporting, from a client that declared the extension on that request, returns at once with a `CreateTaskResult`; the call runs on in a
-//! task of this replica ([`runner`]), driven through the MRTR engine like any call. While the
-//! legacy server waits on a question, `tasks/get` shows it as `inputRequests` (status
-//! `input_required`) and `tasks/update` answers it; `tasks/cancel` stops the call (the legacy
-//! call is cancelled upstream as for a client that goes away). A tool error ends `completed`
-//! with the tool's result (`isError`); a JSON-RPC failure ends `failed` with the error the call
-//! would have been answered with.
+//! task-supporting, from a client that declared the extension on that request, returns at
+//! once with a `CreateTaskResult`; the call runs on in a task of this replica ([`runner`]),
+//! driven through the MRTR engine like any call. While the legacy server waits on a question,
+//! `tasks/get` shows it as `inputRequests` (status `input_required`) and `tasks/update` answers
+//! it; `tasks/cancel` stops the call (the legacy call is cancelled upstream as for a client
+//! that goes away). A tool error ends `completed` with the tool's result (`isError`); a
+//! JSON-RPC failure ends `failed` with the error the call would have been answered with.
 //!
 //! Tasks are bound to the principal that created them: to anyone else a task id is unknown
 //! (-32602), exactly like one that never existed. A required-task tool called by a client that
