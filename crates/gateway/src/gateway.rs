@@ -150,7 +150,7 @@ impl Gateway {
             limits: metrics.limits(),
             sessions: sessions.clone(),
             long_lived: long_lived.clone(),
-            instance_id: instance_id.clone(),
+            instance_id: instance_id.as_str().into(),
             request_slots: RequestSlots::new(config.load().listen.max_concurrent_requests),
             tasks: Arc::new(crate::tasks::Tasks::new(
                 metrics.tasks(),

@@ -144,7 +144,7 @@ mod tests {
     #[tokio::test]
     async fn clients_are_told_the_class_never_the_detail() {
         for e in leaky_errors() {
-            let rej = RequestId::new()
+            let rej = crate::request_id::RequestContext::new(RequestId::new(), "i1".into())
                 .scope(async { session_rejection(&e) })
                 .await;
             let shown = serde_json::to_string(&answer(&rej).error).unwrap();

@@ -1,10 +1,11 @@
-//! The gateway's log lines, captured in-process as JSON (one subscriber per test process,
-//! installed on first use), so a test can check what the log says and what the client did not
-//! hear: `capture()` at the start of a test, then `warn_lines(request_id)`.
+//! The gateway's log lines, captured in-process in its own line format (one subscriber per
+//! test process, installed on first use), so a test can check what the log says and what the
+//! client did not hear: `capture()` at the start of a test, then `warn_lines(request_id)`.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use mrtr_gateway::telemetry::{Lines, LogFormat};
 use serde_json::Value;
 
 /// Log output kept in memory: a writer for a `tracing_subscriber` (clones share the bytes).
@@ -32,13 +33,13 @@ impl Write for LogBuffer {
     }
 }
 
-/// Plain-text log lines at INFO and above, for the calling thread only, until the guard is
-/// dropped (a `current_thread` test sees every task of its runtime this way).
+/// The gateway's text log lines at INFO and above, for the calling thread only, until the
+/// guard is dropped (a `current_thread` test sees every task of its runtime this way).
 pub fn on_this_thread() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
     let logs = LogBuffer::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
+        .event_format(Lines::new(LogFormat::Text))
         .with_max_level(tracing::Level::INFO)
         .with_writer(move || writer.clone())
         .finish();
@@ -47,14 +48,13 @@ pub fn on_this_thread() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
 
 static BUFFER: OnceLock<LogBuffer> = OnceLock::new();
 
-/// Starts capturing (idempotent). Lines at WARN and above are kept.
+/// Starts capturing (idempotent). The gateway's JSON lines at WARN and above are kept.
 pub fn capture() {
     BUFFER.get_or_init(|| {
         let buffer = LogBuffer::default();
         let writer = buffer.clone();
         let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_current_span(true)
+            .event_format(Lines::new(LogFormat::Json))
             .with_max_level(tracing::Level::WARN)
             .with_writer(move || writer.clone())
             .finish();

@@ -35,7 +35,8 @@ pub struct Front {
     pub sessions: Arc<Sessions>,
     /// Listen and legacy GET streams: their count, quotas and end.
     pub long_lived: Arc<LongLived>,
-    pub instance_id: String,
+    /// Shared with every request's log context.
+    pub instance_id: std::sync::Arc<str>,
     /// Bounds requests served at once (`listen.max_concurrent_requests`).
     pub request_slots: RequestSlots,
     /// Tool calls served as tasks, and `tasks/*`.

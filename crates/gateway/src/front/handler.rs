@@ -24,12 +24,13 @@ use crate::error::{Rejection, RejectionKind};
 use crate::legacy::session::SESSION_HEADER;
 use crate::metrics::{Outcome, method_label};
 use crate::mrtr::engine::{self, Call};
+use crate::request_id::{RequestContext, RequestId};
 use crate::tasks::Plan;
 use crate::telemetry::spans;
 use mrtr_wire::capabilities::Declared;
 use mrtr_wire::protocol::methods::{Route, route};
 
-/// Counts the outcome and writes the one access-log line of the request (inside its span,
+/// Counts the outcome and writes the one access-log line of the request (in its context,
 /// which carries the request id, the instance id and, for a call, the tool or prompt name or
 /// resource URI as `call_target`, the round, the path and whether the call was parked), and
 /// ends the exported server span the same way. Never logs payloads, states or answers.
@@ -124,23 +125,12 @@ pub async fn handle(
     conn: &ConnInfo,
 ) -> Response<Body> {
     let cfg = front.config();
-    let request_id = crate::request_id::RequestId::new();
-    // The fields the access line carries; `round`, `path` and `parked` are the engine's to
-    // record, the `otel.*` ones the exporter's (see telemetry::spans).
-    let span = tracing::info_span!(
-        "request",
-        request_id = %request_id,
-        instance_id = %front.instance_id,
-        call_target = tracing::field::Empty,
-        round = tracing::field::Empty,
-        path = tracing::field::Empty,
-        parked = tracing::field::Empty,
-        otel.kind = tracing::field::Empty,
-        otel.name = tracing::field::Empty,
-    );
+    // The request's log context (its id, the instance id, and what the engine records:
+    // `call_target`, `round`, `path`, `parked`), and, while traces are exported, its span.
+    let cx = RequestContext::new(RequestId::new(), front.instance_id.clone());
+    let span = spans::request(&cx);
     spans::begin_server(&span, req.headers());
-    request_id
-        .scope(handle_inner(front, req, conn, &cfg, span.clone()).instrument(span))
+    cx.scope(handle_inner(front, req, conn, &cfg, span.clone()).instrument(span))
         .await
 }
 
@@ -506,7 +496,6 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
         credential: r.credential,
     };
     if let Some(target) = call.target() {
-        span.record("call_target", target);
         spans::call_target(&span, &call.method, target);
     }
     // A tool call may become a task: answered now, run on in a task of its own.
@@ -532,6 +521,9 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
     let runtime = front.engine.clone();
     let method = env.method;
     let work_span = span.clone();
+    // The last frame of a streamed answer is written outside this task: it needs the request's
+    // context and span for its access line.
+    let cx = RequestContext::current();
     respond::run(
         env.id,
         r.accepts_sse,
@@ -546,7 +538,13 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
             if let (Some(scope), Ok(list)) = (&lists_tools, outcome) {
                 front.tasks.learn(scope, list);
             }
-            span.in_scope(|| record_timed(&front, &method, outcome, Some(started.elapsed())))
+            let done = || {
+                span.in_scope(|| record_timed(&front, &method, outcome, Some(started.elapsed())))
+            };
+            match &cx {
+                Some(cx) => cx.in_scope(done),
+                None => done(),
+            }
         },
     )
     .await

@@ -13,18 +13,18 @@
 //! declare an `otel.kind` (the request span and its legacy call), never an event — so no log
 //! line, with whatever it carries, becomes part of a trace.
 
+mod lines;
 mod otlp_client;
 pub mod otlp_export;
-mod span_fields;
 pub mod spans;
 
-use std::io::IsTerminal;
-
 use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
+use tracing_subscriber::filter::{FilterExt, filter_fn};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry, reload};
 
+pub use lines::Lines;
 pub use otlp_export::{OtlpExportConfig, TraceCounters, TraceExport};
 
 /// How log lines are written (`log.format`).
@@ -74,21 +74,13 @@ pub fn init(level: &str, format: LogFormat, traces: Option<TraceExport>) -> Logg
         .buffered_lines_limit(BUFFERED_LINES)
         .thread_name("mrtr-log-writer")
         .finish(std::io::stderr());
-    let lines: BoxedLayer = match format {
-        LogFormat::Json => tracing_subscriber::fmt::layer()
-            .json()
-            .with_current_span(true)
-            .fmt_fields(span_fields::SpanFields)
-            .with_writer(writer)
-            .with_filter(filter)
-            .boxed(),
-        LogFormat::Text => tracing_subscriber::fmt::layer()
-            // Colour codes only for a person at a terminal, never in a collected log.
-            .with_ansi(std::io::stderr().is_terminal())
-            .with_writer(writer)
-            .with_filter(filter)
-            .boxed(),
-    };
+    // Lines are written from events alone (a line names its request from the request's
+    // context, see `lines`), so this layer never keeps a span's fields.
+    let lines: BoxedLayer = tracing_subscriber::fmt::layer()
+        .event_format(Lines::new(format))
+        .with_writer(writer)
+        .with_filter(filter.and(filter_fn(|meta| meta.is_event())))
+        .boxed();
     let mut layers = vec![lines];
     if let Some(t) = &traces {
         layers.push(t.layer());

@@ -1,17 +1,19 @@
 //! What the exported spans say, in one place: the request's server span and its legacy call's
 //! client span.
 //!
-//! The request span is the front's `tracing` span (`request`, whose fields the access line
-//! carries: `request_id`, `instance_id`, `call_target`, `round`, `path`, `parked`); the
-//! exporter turns it into an OpenTelemetry span with those fields as attributes under the same
-//! names, so a trace and a log line can be matched. It adds the semantic-convention names
+//! The request span exists only while export is on (`request`; the front makes it). It
+//! carries the fields of the request's log lines (`request_id`, `instance_id`,
+//! `call_target`, `round`, `path`, `parked`, kept for the lines in the request's context), and
+//! the exporter turns it into an OpenTelemetry span with those fields as attributes under the
+//! same names, so a trace and a log line can be matched. It adds the semantic-convention names
 //! where one exists (`mcp.method.name`, `gen_ai.tool.name`, `gen_ai.prompt.name`,
 //! `mcp.resource.uri`, `jsonrpc.request.id`, `http.response.status_code`, `error.type`,
 //! `rpc.response.status_code`) and the `outcome`. Never arguments, answers, states or
 //! credentials: only names, counts and the fixed reason labels.
 //!
-//! Every function here returns at once while export is off, so a gateway without
-//! `[tracing] otlp_endpoint` pays one relaxed load per call.
+//! Every function here returns at once while export is off (after recording into the
+//! request's context, for the log lines), so a gateway without `[tracing] otlp_endpoint` pays
+//! one relaxed load per call.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -24,6 +26,7 @@ use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::error::{Fault, Rejection};
+use crate::request_id::RequestContext;
 
 static EXPORTING: AtomicBool = AtomicBool::new(false);
 
@@ -129,13 +132,6 @@ fn describe_target(span: &Span, method: &str, target: &str) {
     span.set_attribute(attribute, target.to_string());
 }
 
-/// Adds the call's target (tool or prompt name, resource URI) to the server span.
-pub fn call_target(span: &Span, method: &str, target: &str) {
-    if exporting() {
-        describe_target(span, method, target);
-    }
-}
-
 /// How a request ended, on the server span: the HTTP status, the access line's `outcome`,
 /// and for an error its reason label and JSON-RPC code. A 5xx marks the span failed (a 4xx
 /// is the client's doing, not the server's failure).
@@ -154,19 +150,58 @@ pub fn end_server(span: &Span, status: u16, outcome: &str, error: Option<(&str, 
     }
 }
 
-/// The round a call's request serves and how its legacy call began (`fresh`, `resumed` from
-/// this replica's parking lot, or `replayed`), on the request span: the access line and the
-/// server span carry both. Recorded from inside the request.
-pub fn record_round(round: u32, path: &'static str) {
-    let span = Span::current();
-    // As an i64: the exporter turns an unsigned field into text.
-    span.record("round", i64::from(round));
-    span.record("path", path);
+/// The request span, while export is on (a disabled span otherwise: nothing to enter, nothing
+/// to record). Its parent is taken later ([`begin_server`], [`name_server`]).
+pub fn request(cx: &RequestContext) -> Span {
+    if !exporting() {
+        return Span::none();
+    }
+    tracing::info_span!(
+        "request",
+        request_id = %cx.id(),
+        instance_id = cx.instance_id(),
+        call_target = tracing::field::Empty,
+        round = tracing::field::Empty,
+        path = tracing::field::Empty,
+        parked = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        otel.name = tracing::field::Empty,
+    )
 }
 
-/// Whether the round ended with the legacy call parked here, on the request span.
+/// The call's target (tool or prompt name, resource URI), in the request's context for its
+/// log lines and on the server span.
+pub fn call_target(span: &Span, method: &str, target: &str) {
+    RequestContext::record(|r| r.call_target = Some(target.into()));
+    if exporting() {
+        span.record("call_target", target);
+        describe_target(span, method, target);
+    }
+}
+
+/// The round a call's request serves and how its legacy call began (`fresh`, `resumed` from
+/// this replica's parking lot, `replayed`, `following`): in the request's context (its log
+/// lines) and on the server span. Recorded from inside the request.
+pub fn record_round(round: u32, path: &'static str) {
+    RequestContext::record(|r| {
+        r.round = Some(round);
+        r.path = Some(path);
+    });
+    if exporting() {
+        let span = Span::current();
+        // As an i64: the exporter turns an unsigned field into text.
+        span.record("round", i64::from(round));
+        span.record("path", path);
+    }
+}
+
+/// Whether the round ended with the legacy call parked here, in the request's context and
+/// on the server span.
 pub fn record_parked(parked: bool) {
-    Span::current().record("parked", parked);
+    RequestContext::record(|r| r.parked = Some(parked));
+    if exporting() {
+        Span::current().record("parked", parked);
+    }
 }
 
 /// The legacy call, as a client span under the current request span: from the moment the
