@@ -12,7 +12,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 tokio::task_local! {
-    static CURRENT: Arc<RequestContext>;
+    // `None` inside [`RequestId::carry`] of work that belongs to no request.
+    static CURRENT: Option<Arc<RequestContext>>;
+}
+
+/// The current request's context, if any.
+fn current() -> Option<Arc<RequestContext>> {
+    CURRENT.try_with(Option::clone).ok().flatten()
 }
 
 /// A random id: 8 bytes, hex (request ids, and replica ids when none is configured).
@@ -43,18 +49,19 @@ impl RequestId {
 
     /// The id of the request being served by this task, if any.
     pub fn current() -> Option<RequestId> {
-        CURRENT.try_with(|c| c.id.clone()).ok()
+        CURRENT
+            .try_with(|c| c.as_ref().map(|c| c.id.clone()))
+            .ok()
+            .flatten()
     }
 
     /// `f` as part of the current request, if there is one (for work spawned on its behalf).
+    ///
+    /// Not an `async fn` (nor is [`RequestContext::scope`]): an async wrapper would keep `f`
+    /// twice in its state, once as its argument and once inside the scope it awaits, and the
+    /// futures these wrap are the largest of a call.
     pub fn carry<F: Future>(f: F) -> impl Future<Output = F::Output> {
-        let current = CURRENT.try_with(Arc::clone).ok();
-        async move {
-            match current {
-                Some(cx) => CURRENT.scope(cx, f).await,
-                None => f.await,
-            }
-        }
+        CURRENT.scope(current(), f)
     }
 }
 
@@ -118,31 +125,34 @@ impl RequestContext {
         self.recorded.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs `f` as part of this request.
-    pub async fn scope<F: Future>(self: Arc<Self>, f: F) -> F::Output {
-        CURRENT.scope(self, f).await
+    /// `f` as part of this request.
+    pub fn scope<F: Future>(self: Arc<Self>, f: F) -> impl Future<Output = F::Output> {
+        CURRENT.scope(Some(self), f)
     }
 
     /// Runs `f` (synchronous) as part of this request: for code that ends a request outside
     /// its task, such as the last frame of a streamed response.
     pub fn in_scope<R>(self: &Arc<Self>, f: impl FnOnce() -> R) -> R {
-        CURRENT.sync_scope(Arc::clone(self), f)
+        CURRENT.sync_scope(Some(Arc::clone(self)), f)
     }
 
     /// The context of the request this task serves, if any.
     pub fn current() -> Option<Arc<RequestContext>> {
-        CURRENT.try_with(Arc::clone).ok()
+        current()
     }
 
     /// Calls `f` with the current request's context and what it recorded, if there is one,
     /// without copying either (the log line formatter).
     pub fn with_current<R>(f: impl FnOnce(&RequestContext, &Recorded) -> R) -> Option<R> {
-        CURRENT.try_with(|cx| f(cx, &cx.lock())).ok()
+        CURRENT
+            .try_with(|cx| cx.as_deref().map(|cx| f(cx, &cx.lock())))
+            .ok()
+            .flatten()
     }
 
     /// Records into the current request's context, if there is one.
     pub fn record(f: impl FnOnce(&mut Recorded)) {
-        let _ = CURRENT.try_with(|cx| f(&mut cx.lock()));
+        let _ = CURRENT.try_with(|cx| cx.as_deref().map(|cx| f(&mut cx.lock())));
     }
 }
 

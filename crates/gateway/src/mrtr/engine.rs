@@ -364,7 +364,9 @@ async fn execute(
         return Err(max_rounds(engine, call, cfg.state.max_rounds));
     }
     let asked = asked(&open.questions);
-    let parked = park_or_cancel(s, run, open, minter, policy).await?;
+    // Boxed: only a round that asks gets here, and the call's future, made and moved on every
+    // call, would otherwise be as large as this step.
+    let parked = Box::pin(park_or_cancel(s, run, open, minter, policy)).await?;
     spans::record_parked(parked.is_some());
     seal_round(s, &presented, Round { asked, parked }, &server_info).await
 }
