@@ -523,6 +523,8 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
     }
     // Only a tool list teaches anything (see `Tasks::learn`): no key built for other calls.
     let lists_tools = (call.method == "tools/list").then(|| crate::tasks::tools_key(&call));
+    // Shared with a long call's work, which may outlive this request.
+    let call = Arc::new(call);
     let runtime = front.engine.clone();
     let method = env.method;
     let work_span = span.clone();

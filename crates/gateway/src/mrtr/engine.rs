@@ -108,7 +108,7 @@ fn park_only_lost(call: &Call) -> Rejection {
 /// error: a claimed retry keeps its outcome in that form for its duplicates.
 pub async fn serve_mrtr(
     engine: &Arc<Engine>,
-    call: &Call,
+    call: &Arc<Call>,
     sink: &Sink,
     cancel: &CancellationToken,
     render: Render,
@@ -160,7 +160,10 @@ pub async fn serve_mrtr(
             sink,
             cancel,
         };
-        return Box::pin(long_call::serve(engine, &serving, owed, presented, after)).await;
+        return Box::pin(long_call::serve(
+            engine, call, &serving, owed, presented, after,
+        ))
+        .await;
     }
     // A claimed retry outlives its client (see `at_most_once`): the client going away neither
     // cancels it nor fails it for a notification that cannot be delivered.
@@ -665,7 +668,7 @@ fn drop_unsafe_error_data(engine: &Engine, call: &Call, err: &mut Value) {
 /// Dispatches a routed method to its server (`render`: see [`serve_mrtr`]).
 pub async fn serve(
     engine: &Arc<Engine>,
-    call: &Call,
+    call: &Arc<Call>,
     sink: &Sink,
     cancel: &CancellationToken,
     render: Render,

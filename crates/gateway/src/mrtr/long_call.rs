@@ -121,9 +121,10 @@ impl RunningCalls {
 
 /// Serves a call that may end its request with a state-only round after `after`: everything
 /// [`engine::serve_mrtr`] does past the claim, in a task that outlives the request. `s` is the
-/// request (its engine is `engine`).
+/// request (its engine is `engine`, its call `shared`).
 pub(super) async fn serve(
     engine: &Arc<Engine>,
+    shared: &Arc<Call>,
     s: &Serving<'_>,
     owed: Owed,
     presented: Presented,
@@ -150,7 +151,8 @@ pub(super) async fn serve(
     let mut work = {
         let (engine, call, run_cancel, client, sink) = (
             engine.clone(),
-            call.clone(),
+            // The call itself is shared, not copied: its params can be large.
+            Arc::clone(shared),
             run_cancel.clone(),
             cancel.clone(),
             Sink::moving(listener.clone()),

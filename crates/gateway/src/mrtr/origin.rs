@@ -12,13 +12,10 @@ use serde_json::Value;
 use mrtr_wire::protocol::canonical;
 
 pub fn digest(method: &str, params: &Value) -> String {
-    let mut p = params.clone();
-    if let Some(obj) = p.as_object_mut() {
-        obj.remove("_meta");
-        obj.remove("inputResponses");
-        obj.remove("requestState");
-    }
-    URL_SAFE_NO_PAD.encode(canonical::digest(&[&Value::from(method), &p]))
+    // The method is a string: only `params` loses the members.
+    let parts = [&Value::from(method), params];
+    let digest = canonical::digest_without(&parts, &["_meta", "inputResponses", "requestState"]);
+    URL_SAFE_NO_PAD.encode(digest)
 }
 
 #[cfg(test)]

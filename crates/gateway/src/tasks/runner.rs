@@ -58,7 +58,8 @@ enum Step {
 }
 
 /// Runs the task's call to its end and records how it ended.
-pub(super) async fn run(r: Running, mut call: Call) {
+pub(super) async fn run(r: Running, call: Call) {
+    let mut call = Arc::new(call);
     let (ttl, task_id, caller) = {
         let t = r.entry.task();
         (t.ttl, t.id.clone(), t.caller.clone())
@@ -88,7 +89,7 @@ pub(super) async fn run(r: Running, mut call: Call) {
                         None => break Err(stopped(&r.entry)),
                     }
                 };
-                call = retry(&call, &task_id, round, state, answers);
+                call = Arc::new(retry(&call, &task_id, round, state, answers));
             }
         }
     };
@@ -156,7 +157,12 @@ async fn sync(r: &Running) {
 
 /// Serves the call once (one round), turning its notifications into the task's status
 /// message.
-async fn one_round(r: &Running, call: &Call, stop: &CancellationToken, deadline: Instant) -> Step {
+async fn one_round(
+    r: &Running,
+    call: &Arc<Call>,
+    stop: &CancellationToken,
+    deadline: Instant,
+) -> Step {
     let (tx, mut rx) = mpsc::channel(16);
     let sink = Sink::new(Some(tx));
     let served = engine::serve(&r.engine, call, &sink, stop, r.render);

@@ -40,11 +40,34 @@ pub fn write(v: &Value, out: &mut Vec<u8>) {
 
 /// SHA-256 over the canonical form of each part, each part length-prefixed.
 pub fn digest(parts: &[&Value]) -> [u8; 32] {
+    digest_without(parts, &[])
+}
+
+/// [`digest`], with every part that is an object taken without its top-level members named in
+/// `skip`: the digest of the parts with those members removed, without copying the parts.
+pub fn digest_without(parts: &[&Value], skip: &[&str]) -> [u8; 32] {
     let mut h = Sha256::new();
     let mut buf = Vec::with_capacity(256);
     for p in parts {
         buf.clear();
-        write(p, &mut buf);
+        match p {
+            Value::Object(m) if !skip.is_empty() => {
+                let mut keys: Vec<&String> =
+                    m.keys().filter(|k| !skip.contains(&k.as_str())).collect();
+                keys.sort();
+                buf.push(b'{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        buf.push(b',');
+                    }
+                    serde_json::to_writer(&mut buf, k).expect("strings serialize");
+                    buf.push(b':');
+                    write(&m[k], &mut buf);
+                }
+                buf.push(b'}');
+            }
+            other => write(other, &mut buf),
+        }
         h.update((buf.len() as u64).to_be_bytes());
         h.update(&buf);
     }
@@ -75,6 +98,28 @@ mod tests {
         assert_ne!(
             digest(&[&json!("ab"), &json!("c")]),
             digest(&[&json!("a"), &json!("bc")])
+        );
+    }
+
+    #[test]
+    fn skipped_members_digest_as_if_removed() {
+        let full = json!({"name":"t","arguments":{"b":1,"a":2},"_meta":{"x":1},"requestState":"s"});
+        let removed = json!({"name":"t","arguments":{"a":2,"b":1}});
+        let skip = ["_meta", "requestState", "inputResponses"];
+        let method = json!("tools/call");
+        assert_eq!(
+            digest_without(&[&method, &full], &skip),
+            digest(&[&method, &removed])
+        );
+        // Only top-level members are skipped.
+        let nested = json!({"arguments":{"_meta":1}});
+        assert_ne!(
+            digest_without(&[&nested], &skip),
+            digest(&[&json!({"arguments":{}})])
+        );
+        assert_ne!(
+            digest_without(&[&full], &skip),
+            digest(&[&json!({"name":"t"})])
         );
     }
 }
