@@ -1,9 +1,10 @@
 //! Building HTTP responses: JSON bodies, SSE streams, and errors with JSON-RPC bodies.
 //!
 //! A request starts as a plain JSON exchange and switches to SSE only when there is
-//! something to stream before the result (progress, logs). The work runs in its own task; the
-//! response (or its streaming body) holds a guard whose drop cancels that work, so a client
-//! that goes away cancels the legacy call.
+//! something to stream before the result (progress, logs). The work is polled in the request's
+//! task while the answer is plain JSON, and moves into a task of its own once it streams or the
+//! request is dropped; the response (or its streaming body) holds a guard whose drop cancels
+//! that work, so a client that goes away cancels the legacy call.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -96,6 +97,58 @@ fn join_failure() -> Rejection {
     )
 }
 
+/// The request's work while it answers with plain JSON: polled in the request's own task, so
+/// a call that streams nothing crosses no task of its own. If the request is dropped before
+/// the work ends (the client went away), what is left of the work moves into a task and runs
+/// on, as it would have in a task from the start: the cancellation reaches it there and it
+/// cleans up (cancels the legacy call, settles its claim). A panic in it ends the request with
+/// the internal error, as a panicking task did.
+struct Inline<F: Future<Output = Result<Value, Rejection>> + Send + 'static> {
+    work: Option<std::pin::Pin<Box<F>>>,
+}
+
+impl<F: Future<Output = Result<Value, Rejection>> + Send + 'static> Inline<F> {
+    /// The work, still running, to go on in a task of its own.
+    fn into_task(mut self) -> tokio::task::JoinHandle<Result<Value, Rejection>> {
+        let work = self.work.take().expect("the work is still running");
+        tokio::spawn(work)
+    }
+}
+
+impl<F: Future<Output = Result<Value, Rejection>> + Send + 'static> Future for Inline<F> {
+    type Output = Result<Value, Rejection>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let work = self.work.as_mut().expect("polled after it ended");
+        let polled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.as_mut().poll(cx)));
+        match polled {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(outcome)) => {
+                self.work = None;
+                std::task::Poll::Ready(outcome)
+            }
+            Err(_) => {
+                self.work = None;
+                std::task::Poll::Ready(Err(join_failure()))
+            }
+        }
+    }
+}
+
+impl<F: Future<Output = Result<Value, Rejection>> + Send + 'static> Drop for Inline<F> {
+    fn drop(&mut self) {
+        if let Some(work) = self.work.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(work);
+        }
+    }
+}
+
 /// Runs `work` and answers with JSON, or with SSE once `work` emits a notification first.
 /// `on_done` sees the outcome once (for metrics), whichever way it is delivered.
 pub async fn run<W, Fut>(
@@ -112,14 +165,19 @@ where
     let guard = cancel.clone().drop_guard();
     let (tx, mut rx) = mpsc::channel::<Value>(64);
     let sink = Sink::new(accepts_sse.then_some(tx));
-    // The work is still part of this request (its failures name the request id).
-    let mut task = tokio::spawn(crate::request_id::RequestId::carry(work(sink, cancel)));
+    // The work is still part of this request (its failures name the request id). Declared
+    // after `guard`, so dropped before it: what is left of the work is in a task by the time
+    // the guard cancels it.
+    let mut work = Inline {
+        work: Some(Box::pin(crate::request_id::RequestId::carry(work(
+            sink, cancel,
+        )))),
+    };
 
     let first = tokio::select! {
         biased;
         n = rx.recv(), if accepts_sse => n,
-        res = &mut task => {
-            let outcome = res.unwrap_or_else(|_| Err(join_failure()));
+        outcome = &mut work => {
             on_done(&outcome);
             return match outcome {
                 Ok(result) => json(StatusCode::OK, &jsonrpc::result_response(&id, result)),
@@ -129,13 +187,16 @@ where
     };
     let Some(first) = first else {
         // The work ended without streaming anything (its sink is gone): plain JSON.
-        let outcome = task.await.unwrap_or_else(|_| Err(join_failure()));
+        let outcome = (&mut work).await;
         on_done(&outcome);
         return match outcome {
             Ok(result) => json(StatusCode::OK, &jsonrpc::result_response(&id, result)),
             Err(rej) => rejection(Some(&id), &rej),
         };
     };
+    // Streaming from here: the work goes on in a task of its own, so it does not wait on how
+    // fast the client reads the stream (the stream's channel holds what it has not read).
+    let task = work.into_task();
 
     struct StreamState<D> {
         first: Option<Value>,
@@ -207,4 +268,67 @@ pub fn with_guard(resp: Response<Body>, guard: impl Send + 'static) -> Response<
         }
         .boxed_unsync()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    async fn body_json(r: Response<Body>) -> Value {
+        let bytes = r.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_panicking_work_ends_the_request_with_the_internal_error() {
+        let done = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let seen = done.clone();
+        let r = run(
+            Value::from(7),
+            false,
+            |_sink, _cancel| async {
+                tokio::task::yield_now().await;
+                panic!("a bug in the work")
+            },
+            move |outcome| {
+                *seen.lock().unwrap() = Some(outcome.as_ref().err().map(Rejection::reason));
+            },
+        )
+        .await;
+        let row = error_map::row(RejectionKind::InternalPanic);
+        assert_eq!(r.status(), row.status);
+        let body = body_json(r).await;
+        assert_eq!(body["id"], 7);
+        assert_eq!(body["error"]["code"], row.code);
+        assert_eq!(*done.lock().unwrap(), Some(Some("internal_panic")));
+    }
+
+    #[tokio::test]
+    async fn work_left_by_a_dropped_request_runs_on_and_sees_the_cancellation() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let request = run(
+            Value::from(1),
+            false,
+            |_sink, cancel| async move {
+                cancel.cancelled().await;
+                // Cleanup after the cancellation still runs.
+                tokio::task::yield_now().await;
+                let _ = tx.send("cleaned up");
+                Err(Rejection::new(RejectionKind::InternalPanic, "cancelled"))
+            },
+            |_| {},
+        );
+        // The request is dropped while its work waits (the client went away).
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), request)
+                .await
+                .is_err()
+        );
+        let cleaned = tokio::time::timeout(Duration::from_secs(5), rx).await;
+        assert_eq!(cleaned.unwrap().unwrap(), "cleaned up");
+    }
 }
