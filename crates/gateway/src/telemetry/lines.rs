@@ -41,8 +41,9 @@ impl Lines {
         }
     }
 
-    /// Lines without their timestamp (tests compare lines).
-    pub fn without_time(self) -> Lines {
+    /// Lines without their timestamp (the tests compare lines).
+    #[cfg(test)]
+    fn without_time(self) -> Lines {
         Lines {
             timestamps: false,
             ..self
