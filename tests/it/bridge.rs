@@ -541,6 +541,45 @@ async fn progress_streams_over_sse_and_logs_follow_the_requested_level() {
     env.stop().await;
 }
 
+/// A streamed answer ends outside the request's task (its last frame is written as hyper
+/// polls the body): its access line still names the request and the call.
+/// Runs on the test's single thread, so the thread-local subscriber sees every task.
+#[tokio::test(flavor = "current_thread")]
+async fn a_streamed_answers_access_line_names_its_request() {
+    let (logs, _guard) = crate::support::logs::on_this_thread();
+    let h = Handlers::new().tool(
+        "stepper",
+        "reports progress",
+        json!({"type": "object"}),
+        |ctx, _| async move {
+            ctx.progress(1.0, Some(1.0), Some("step"));
+            Ok(tool_text("done"))
+        },
+    );
+    let env = env(h).await;
+    let r = env
+        .client()
+        .request(
+            "tools/call",
+            json!({"name": "stepper", "arguments": {}, "_meta": {"progressToken": "p1"}}),
+        )
+        .await
+        .unwrap();
+    assert!(
+        r.streamed,
+        "the answer must be streamed for this test to mean anything"
+    );
+    env.stop().await;
+    let access = logs.access_lines("method=\"tools/call\"");
+    assert_eq!(access.len(), 1, "{access:#?}");
+    assert!(access[0].contains("request{request_id="), "{}", access[0]);
+    assert!(
+        access[0].contains("call_target=\"stepper\""),
+        "{}",
+        access[0]
+    );
+}
+
 #[tokio::test]
 async fn a_client_that_goes_away_cancels_the_legacy_call() {
     let h = Handlers::new().tool(

@@ -458,11 +458,7 @@ async fn the_access_line_names_the_round_and_the_path() {
     assert_eq!(text(ex.result().unwrap()), "Hello, name-answer!");
     env.stop().await;
 
-    let access: Vec<String> = logs
-        .lines()
-        .into_iter()
-        .filter(|l| l.contains("request done") && l.contains("call_target=\"slow_ask\""))
-        .collect();
+    let access = logs.access_lines("call_target=\"slow_ask\"");
     let has = |part: &str| access.iter().any(|l| l.contains(part));
     assert!(has("round=1") && has("path=\"fresh\""), "{access:#?}");
     assert!(has("path=\"following\""), "{access:#?}");

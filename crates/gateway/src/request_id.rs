@@ -16,11 +16,6 @@ tokio::task_local! {
     static CURRENT: Option<Arc<RequestContext>>;
 }
 
-/// The current request's context, if any.
-fn current() -> Option<Arc<RequestContext>> {
-    CURRENT.try_with(Option::clone).ok().flatten()
-}
-
 /// A random id: 8 bytes, hex (request ids, and replica ids when none is configured).
 pub fn random_id() -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -61,7 +56,7 @@ impl RequestId {
     /// twice in its state, once as its argument and once inside the scope it awaits, and the
     /// futures these wrap are the largest of a call.
     pub fn carry<F: Future>(f: F) -> impl Future<Output = F::Output> {
-        CURRENT.scope(current(), f)
+        CURRENT.scope(RequestContext::current(), f)
     }
 }
 
@@ -116,7 +111,8 @@ impl RequestContext {
     }
 
     /// A copy of what was recorded so far.
-    pub fn recorded(&self) -> Recorded {
+    #[cfg(test)]
+    fn recorded(&self) -> Recorded {
         self.lock().clone()
     }
 
@@ -138,7 +134,7 @@ impl RequestContext {
 
     /// The context of the request this task serves, if any.
     pub fn current() -> Option<Arc<RequestContext>> {
-        current()
+        CURRENT.try_with(Option::clone).ok().flatten()
     }
 
     /// Calls `f` with the current request's context and what it recorded, if there is one,

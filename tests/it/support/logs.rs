@@ -20,6 +20,14 @@ impl LogBuffer {
             .map(str::to_string)
             .collect()
     }
+
+    /// The access lines (`request done`) that contain `part`.
+    pub fn access_lines(&self, part: &str) -> Vec<String> {
+        self.lines()
+            .into_iter()
+            .filter(|l| l.contains("request done") && l.contains(part))
+            .collect()
+    }
 }
 
 impl Write for LogBuffer {

@@ -528,9 +528,6 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
     let runtime = front.engine.clone();
     let method = env.method;
     let work_span = span.clone();
-    // The last frame of a streamed answer is written outside this task: it needs the request's
-    // context and span for its access line.
-    let cx = RequestContext::current();
     respond::run(
         env.id,
         r.accepts_sse,
@@ -545,13 +542,9 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
             if let (Some(scope), Ok(list)) = (&lists_tools, outcome) {
                 front.tasks.learn(scope, list);
             }
-            let done = || {
-                span.in_scope(|| record_timed(&front, &method, outcome, Some(started.elapsed())))
-            };
-            match &cx {
-                Some(cx) => cx.in_scope(done),
-                None => done(),
-            }
+            // The last frame of a streamed answer is written outside this task: its access
+            // line needs the span (`run` restores the request's context).
+            span.in_scope(|| record_timed(&front, &method, outcome, Some(started.elapsed())))
         },
     )
     .await

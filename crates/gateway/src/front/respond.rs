@@ -150,7 +150,8 @@ impl<F: Future<Output = Result<Value, Rejection>> + Send + 'static> Drop for Inl
 }
 
 /// Runs `work` and answers with JSON, or with SSE once `work` emits a notification first.
-/// `on_done` sees the outcome once (for metrics), whichever way it is delivered.
+/// `on_done` sees the outcome once (for metrics), whichever way it is delivered, and always
+/// in the request's context (a streamed answer ends outside the request's task).
 pub async fn run<W, Fut>(
     id: Value,
     accepts_sse: bool,
@@ -204,6 +205,8 @@ where
         task: Option<tokio::task::JoinHandle<Result<Value, Rejection>>>,
         id: Value,
         on_done: Option<D>,
+        /// The request's context, for `on_done`: the body is polled outside its task.
+        cx: Option<std::sync::Arc<crate::request_id::RequestContext>>,
         _guard: DropGuard,
     }
     let state = StreamState {
@@ -212,6 +215,7 @@ where
         task: Some(task),
         id,
         on_done: Some(on_done),
+        cx: crate::request_id::RequestContext::current(),
         _guard: guard,
     };
     let stream = futures_util::stream::unfold(state, |mut st| async move {
@@ -224,7 +228,10 @@ where
         let task = st.task.take()?;
         let outcome = task.await.unwrap_or_else(|_| Err(join_failure()));
         if let Some(done) = st.on_done.take() {
-            done(&outcome);
+            match &st.cx {
+                Some(cx) => cx.in_scope(|| done(&outcome)),
+                None => done(&outcome),
+            }
         }
         let frame = sse_frame(&final_message(&st.id, &outcome));
         Some((frame, st))

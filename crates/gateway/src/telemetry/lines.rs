@@ -77,13 +77,7 @@ where
                 writer.write_str("\"level\":\"")?;
                 writer.write_str(meta.level().as_str())?;
                 writer.write_str("\",\"fields\":{")?;
-                let mut fields = JsonFields {
-                    out: &mut writer,
-                    first: true,
-                    result: Ok(()),
-                };
-                event.record(&mut fields);
-                fields.result?;
+                Fields::write(&mut writer, LogFormat::Json, event)?;
                 writer.write_str("},\"target\":")?;
                 json_str(&mut writer, meta.target())?;
                 RequestContext::with_current(|cx, recorded| {
@@ -106,13 +100,7 @@ where
                     .unwrap_or(Ok(()))?;
                 writer.write_str(meta.target())?;
                 writer.write_str(": ")?;
-                let mut fields = TextFields {
-                    out: &mut writer,
-                    first: true,
-                    result: Ok(()),
-                };
-                event.record(&mut fields);
-                fields.result?;
+                Fields::write(&mut writer, LogFormat::Text, event)?;
                 writer.write_char('\n')
             }
         }
@@ -209,93 +197,110 @@ impl fmt::Write for Escaped<'_> {
     }
 }
 
-/// An event's fields as the members of a JSON object, in the order they were recorded.
-struct JsonFields<'w, 'a> {
+/// An event's fields, in the order they were recorded: as the members of a JSON object, or
+/// as the text formatter writes them (the message, then `name=value` with strings quoted; a
+/// `log` record's own place fields left out).
+struct Fields<'w, 'a> {
     out: &'w mut Writer<'a>,
+    format: LogFormat,
     first: bool,
     result: fmt::Result,
 }
 
-impl JsonFields<'_, '_> {
-    fn member(&mut self, field: &Field, value: impl FnOnce(&mut Writer<'_>) -> fmt::Result) {
+impl<'w, 'a> Fields<'w, 'a> {
+    fn write(out: &'w mut Writer<'a>, format: LogFormat, event: &Event<'_>) -> fmt::Result {
+        let mut fields = Fields {
+            out,
+            format,
+            first: true,
+            result: Ok(()),
+        };
+        event.record(&mut fields);
+        fields.result
+    }
+
+    /// Writes one field after the separator the format puts between fields.
+    fn field(&mut self, value: impl FnOnce(&mut Writer<'_>) -> fmt::Result) {
         if self.result.is_err() {
             return;
         }
+        let separator = match self.format {
+            LogFormat::Json => ',',
+            LogFormat::Text => ' ',
+        };
         self.result = (|| {
             if !std::mem::take(&mut self.first) {
-                self.out.write_char(',')?;
+                self.out.write_char(separator)?;
             }
-            json_str(self.out, field.name())?;
-            self.out.write_char(':')?;
             value(self.out)
         })();
     }
+
+    /// A JSON member `"name":value`.
+    fn member(&mut self, field: &Field, value: impl FnOnce(&mut Writer<'_>) -> fmt::Result) {
+        self.field(|o| {
+            json_str(o, field.name())?;
+            o.write_char(':')?;
+            value(o)
+        });
+    }
+
+    /// A number or boolean: bare in JSON, as its `Debug` form in text.
+    fn plain(&mut self, field: &Field, value: &(impl fmt::Display + fmt::Debug)) {
+        match self.format {
+            LogFormat::Json => self.member(field, |o| write!(o, "{value}")),
+            LogFormat::Text => self.record_debug(field, value),
+        }
+    }
 }
 
-impl Visit for JsonFields<'_, '_> {
+impl Visit for Fields<'_, '_> {
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.member(field, |o| write!(o, "{value}"));
+        self.plain(field, &value);
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.member(field, |o| write!(o, "{value}"));
+        self.plain(field, &value);
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.member(field, |o| write!(o, "{value}"));
+        self.plain(field, &value);
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
-        // As serde_json writes a float: shortest round-trip digits, `null` when not finite.
-        self.member(field, |o| match serde_json::Number::from_f64(value) {
-            Some(n) => write!(o, "{n}"),
-            None => o.write_str("null"),
-        });
+        match self.format {
+            // As serde_json writes a float: shortest round-trip digits, `null` when not finite.
+            LogFormat::Json => self.member(field, |o| match serde_json::Number::from_f64(value) {
+                Some(n) => write!(o, "{n}"),
+                None => o.write_str("null"),
+            }),
+            LogFormat::Text => self.record_debug(field, &value),
+        }
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.member(field, |o| json_str(o, value));
-    }
-
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.member(field, |o| {
-            o.write_char('"')?;
-            write!(Escaped(o), "{value:?}")?;
-            o.write_char('"')
-        });
-    }
-}
-
-/// An event's fields as the text formatter writes them: the message, then `name=value`
-/// (strings quoted); a `log` record's own place fields are left out.
-struct TextFields<'w, 'a> {
-    out: &'w mut Writer<'a>,
-    first: bool,
-    result: fmt::Result,
-}
-
-impl Visit for TextFields<'_, '_> {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.record_debug(field, &format_args!("{value}"));
-        } else {
-            self.record_debug(field, &value);
+        match self.format {
+            LogFormat::Json => self.member(field, |o| json_str(o, value)),
+            LogFormat::Text if field.name() == "message" => {
+                self.record_debug(field, &format_args!("{value}"))
+            }
+            LogFormat::Text => self.record_debug(field, &value),
         }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if self.result.is_err() || field.name().starts_with("log.") {
-            return;
+        match self.format {
+            LogFormat::Json => self.member(field, |o| {
+                o.write_char('"')?;
+                write!(Escaped(o), "{value:?}")?;
+                o.write_char('"')
+            }),
+            LogFormat::Text if field.name().starts_with("log.") => {}
+            LogFormat::Text => self.field(|o| match field.name() {
+                "message" => write!(o, "{value:?}"),
+                name => write!(o, "{}={value:?}", name.trim_start_matches("r#")),
+            }),
         }
-        self.result = (|| {
-            if !std::mem::take(&mut self.first) {
-                self.out.write_char(' ')?;
-            }
-            match field.name() {
-                "message" => write!(self.out, "{value:?}"),
-                name => write!(self.out, "{}={value:?}", name.trim_start_matches("r#")),
-            }
-        })();
     }
 }
 
