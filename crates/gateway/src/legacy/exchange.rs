@@ -22,12 +22,13 @@
 //! the listen stream. They match on [`Event`], so none of them classifies a message again.
 
 use std::collections::VecDeque;
+use std::task::{Context, Poll, Waker};
 
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::server_request::ServerRequest;
-use super::session::{Inbound, LegacySession, SessionError, StreamTag};
+use super::session::{CallStream, Inbound, LegacySession, SessionError, StreamTag};
 use super::wire::response_id;
 use mrtr_wire::jsonrpc::{self, ErrorObject, MessageKind};
 
@@ -52,8 +53,8 @@ pub enum Event {
 }
 
 impl Event {
-    /// What `item` (as received from the channel; `None` once it is closed) means.
-    pub fn of(item: Option<Inbound>) -> Event {
+    /// What `item` (as a [`Reader`] gives it; `None` once the channel is closed) means.
+    fn of(item: Option<Inbound>) -> Event {
         let Some(item) = item else {
             return Event::Closed;
         };
@@ -78,6 +79,9 @@ impl Event {
                 stream: StreamTag::Get,
                 error,
             } => Event::StreamEnded { error },
+            Inbound::Stream(_) => {
+                unreachable!("a reader adopts response streams, never gives them")
+            }
         }
     }
 }
@@ -89,29 +93,37 @@ fn jsonrpc_method(msg: &Value) -> String {
         .to_string()
 }
 
-/// The receiving half of a legacy session, with what was read and not used yet.
+/// The receiving half of a legacy session, with what was read and not used yet, and the
+/// response streams it reads itself.
+///
+/// A transport may hand a request's response stream over as [`Inbound::Stream`] instead of
+/// reading it in a task of its own. The reader adopts it and polls it whenever it waits for
+/// an item, so the stream is read in the task that reads the session: the call's own task
+/// while a call runs, the parking lot's buffer while it is parked, the pool's watch while the
+/// session is idle. Whoever holds the reader reads the streams; one that is dropped stops
+/// them, as dropping a session stopped its reader tasks.
 pub struct Reader {
     inbound: mpsc::Receiver<Inbound>,
     backlog: VecDeque<Inbound>,
+    streams: Vec<CallStream>,
 }
 
 impl Reader {
     pub fn new(inbound: mpsc::Receiver<Inbound>) -> Reader {
-        Reader::with_backlog(inbound, VecDeque::new())
-    }
-
-    /// A reader whose first items are `backlog` (what a pump held while nobody read).
-    pub fn with_backlog(inbound: mpsc::Receiver<Inbound>, backlog: VecDeque<Inbound>) -> Reader {
-        Reader { inbound, backlog }
+        Reader {
+            inbound,
+            backlog: VecDeque::new(),
+            streams: Vec::new(),
+        }
     }
 
     /// The next item as the transport delivered it (the backlog first); `None` once the
-    /// channel is closed and the backlog empty. For pumps that keep items, not read them.
-    pub async fn next_item(&mut self) -> Option<Inbound> {
-        match self.backlog.pop_front() {
-            Some(item) => Some(item),
-            None => self.inbound.recv().await,
+    /// channel is closed and the backlog empty.
+    async fn next_item(&mut self) -> Option<Inbound> {
+        if let Some(item) = self.backlog.pop_front() {
+            return Some(item);
         }
+        std::future::poll_fn(|cx| self.poll_fresh(cx)).await
     }
 
     /// The next event (the backlog first).
@@ -119,14 +131,50 @@ impl Reader {
         Event::of(self.next_item().await)
     }
 
-    /// Whether an item is ready to be read without waiting.
-    pub fn has_ready(&self) -> bool {
-        !self.backlog.is_empty() || !self.inbound.is_empty()
+    /// Reads the next item not yet read and keeps it at the end of the backlog; returns it,
+    /// or `None` once the channel is closed. For a pump that holds a session's traffic while
+    /// nobody uses it (the parking lot). Cancel-safe: nothing is lost when the future is
+    /// dropped.
+    pub async fn keep_next(&mut self) -> Option<&Inbound> {
+        let item = std::future::poll_fn(|cx| self.poll_fresh(cx)).await?;
+        self.backlog.push_back(item);
+        self.backlog.back()
     }
 
-    /// The channel and the unread backlog, for a pump that holds them for a while.
-    pub fn into_parts(self) -> (mpsc::Receiver<Inbound>, VecDeque<Inbound>) {
-        (self.inbound, self.backlog)
+    /// The channel's next item, reading the adopted streams while it has none.
+    fn poll_fresh(&mut self, cx: &mut Context<'_>) -> Poll<Option<Inbound>> {
+        loop {
+            match self.inbound.poll_recv(cx) {
+                Poll::Ready(Some(Inbound::Stream(stream))) => self.streams.push(stream),
+                Poll::Ready(item) => return Poll::Ready(item),
+                Poll::Pending => {
+                    // What the streams read lands on the channel; go round again if they
+                    // delivered anything, otherwise each has registered to be woken.
+                    if !self.read_streams(cx) {
+                        return Poll::Pending;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Polls every adopted stream once; whether the channel has something now.
+    fn read_streams(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.streams.is_empty() {
+            return false;
+        }
+        self.streams.retain_mut(|s| s.poll_read(cx).is_pending());
+        !self.inbound.is_empty()
+    }
+
+    /// Whether an item is ready to be read without waiting (what the adopted streams have
+    /// already received counts).
+    pub fn has_ready(&mut self) -> bool {
+        if !self.backlog.is_empty() || !self.inbound.is_empty() {
+            return true;
+        }
+        // A look, not a wait: the next real read registers for wake-ups again.
+        self.read_streams(&mut Context::from_waker(Waker::noop()))
     }
 }
 
@@ -149,8 +197,8 @@ impl Exchange {
         &mut self.session
     }
 
-    pub fn reader(&self) -> &Reader {
-        &self.reader
+    pub fn reader_mut(&mut self) -> &mut Reader {
+        &mut self.reader
     }
 
     pub fn into_parts(self) -> (LegacySession, Reader) {
@@ -258,6 +306,7 @@ fn into_item(event: Event) -> Option<Inbound> {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::time::Duration;
 
     fn message(v: Value) -> Option<Inbound> {
         Some(Inbound::Message(StreamTag::Get, v))
@@ -318,13 +367,11 @@ mod tests {
         ))
         .await
         .unwrap();
-        let mut reader = Reader::with_backlog(
-            rx,
-            VecDeque::from([Inbound::Message(
-                StreamTag::Get,
-                json!({"id": 1, "result": {}}),
-            )]),
-        );
+        let mut reader = Reader::new(rx);
+        reader.backlog.push_back(Inbound::Message(
+            StreamTag::Get,
+            json!({"id": 1, "result": {}}),
+        ));
         assert!(reader.has_ready());
         assert!(matches!(
             reader.next_event().await,
@@ -337,6 +384,105 @@ mod tests {
         assert!(!reader.has_ready());
         drop(tx);
         assert!(matches!(reader.next_event().await, Event::Closed));
+    }
+
+    /// A response stream that delivers `id`'s response once `go` fires, then its end.
+    fn gated_stream(
+        tx: &mpsc::Sender<Inbound>,
+        id: i64,
+        go: tokio::sync::oneshot::Receiver<()>,
+    ) -> Inbound {
+        let tx = tx.clone();
+        Inbound::Stream(CallStream::new(async move {
+            let _ = go.await;
+            let response = json!({"jsonrpc": "2.0", "id": id, "result": {}});
+            let _ = tx
+                .send(Inbound::Message(StreamTag::Call(id), response))
+                .await;
+            let _ = tx
+                .send(Inbound::Ended {
+                    stream: StreamTag::Call(id),
+                    error: None,
+                })
+                .await;
+        }))
+    }
+
+    #[tokio::test]
+    async fn a_reader_reads_the_response_streams_handed_to_it_in_its_own_task() {
+        let (tx, rx) = mpsc::channel(4);
+        let mut reader = Reader::new(rx);
+        let (go, gate) = tokio::sync::oneshot::channel();
+        tx.send(gated_stream(&tx, 7, gate)).await.unwrap();
+        tx.send(Inbound::Message(
+            StreamTag::Get,
+            json!({"jsonrpc": "2.0", "method": "notifications/x"}),
+        ))
+        .await
+        .unwrap();
+        // What was queued behind the stream comes first; the stream is adopted, not given.
+        assert!(matches!(
+            reader.next_event().await,
+            Event::Notification { .. }
+        ));
+        assert!(!reader.has_ready(), "the stream has received nothing yet");
+        go.send(()).unwrap();
+        // Nothing but this reader polls the stream: no task of its own reads it.
+        assert!(
+            reader.has_ready(),
+            "what the stream received counts as ready"
+        );
+        assert!(matches!(
+            reader.next_event().await,
+            Event::Response { id: 7, .. }
+        ));
+        assert!(matches!(
+            reader.next_event().await,
+            Event::CallEnded { id: 7, error: None }
+        ));
+        assert!(reader.streams.is_empty(), "an ended stream is let go");
+        drop(tx);
+        assert!(matches!(reader.next_event().await, Event::Closed));
+    }
+
+    #[tokio::test]
+    async fn a_pump_keeps_what_it_reads_for_the_next_reader_and_loses_nothing_when_stopped() {
+        let (tx, rx) = mpsc::channel(4);
+        let mut reader = Reader::new(rx);
+        reader.backlog.push_back(Inbound::Message(
+            StreamTag::Get,
+            json!({"jsonrpc": "2.0", "method": "notifications/kept"}),
+        ));
+        let (go, gate) = tokio::sync::oneshot::channel();
+        tx.send(gated_stream(&tx, 3, gate)).await.unwrap();
+        // Stopped while the stream has nothing: the pending read is dropped, nothing lost.
+        let stopped = tokio::time::timeout(Duration::from_millis(20), reader.keep_next()).await;
+        assert!(stopped.is_err());
+        go.send(()).unwrap();
+        assert!(matches!(
+            reader.keep_next().await,
+            Some(Inbound::Message(StreamTag::Call(3), _))
+        ));
+        assert!(matches!(
+            reader.keep_next().await,
+            Some(Inbound::Ended {
+                stream: StreamTag::Call(3),
+                ..
+            })
+        ));
+        // The next reader gets all of it, in order, the earlier backlog first.
+        assert!(matches!(
+            reader.next_event().await,
+            Event::Notification { .. }
+        ));
+        assert!(matches!(
+            reader.next_event().await,
+            Event::Response { id: 3, .. }
+        ));
+        assert!(matches!(
+            reader.next_event().await,
+            Event::CallEnded { id: 3, .. }
+        ));
     }
 
     #[test]
@@ -368,6 +514,7 @@ mod tests {
                 stream: *stream,
                 error: error.clone(),
             },
+            Inbound::Stream(_) => unreachable!("no stream among the kept items"),
         }
     }
 }

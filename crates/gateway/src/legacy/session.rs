@@ -13,6 +13,9 @@
 use http::HeaderName;
 use serde_json::Value;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::http::HttpError;
@@ -43,6 +46,35 @@ pub enum Inbound {
         /// `None` for a clean end of stream.
         error: Option<String>,
     },
+    /// A request's response stream, still to be read: whoever reads the session reads it
+    /// too (see [`super::exchange::Reader`]), so a call's answer reaches the task waiting on
+    /// it without crossing a task of its own. What it reads arrives as the items above.
+    Stream(CallStream),
+}
+
+/// The reading of one response stream, as a future that delivers onto the session's channel.
+pub struct CallStream(Pin<Box<dyn Future<Output = ()> + Send + Sync>>);
+
+impl CallStream {
+    pub fn new(reading: impl Future<Output = ()> + Send + Sync + 'static) -> CallStream {
+        CallStream(Box::pin(reading))
+    }
+
+    /// Reads on; `Ready` once the stream has ended (and its end been delivered).
+    pub fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.as_mut().poll(cx)
+    }
+
+    /// The reading, to go on in a task of its own.
+    pub fn into_future(self) -> Pin<Box<dyn Future<Output = ()> + Send + Sync>> {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for CallStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallStream")
+    }
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

@@ -13,6 +13,7 @@
 //! stream is read by a [`StreamContext`] task, which also resumes streams the server only
 //! disconnected (SSE polling) and fails fast on stateless servers (see `http_stream`).
 
+use std::future::Future;
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -25,7 +26,9 @@ use tokio_util::task::AbortOnDropHandle;
 use super::handshake::{self, initialize_params};
 use super::http::{HttpError, UpstreamHttp, UpstreamLimits, is_sse, post_headers, read_body};
 use super::http_stream::StreamContext;
-use super::session::{Inbound, SESSION_HEADER, SessionError, StreamTag, VERSION_HEADER};
+use super::session::{
+    CallStream, Inbound, SESSION_HEADER, SessionError, StreamTag, VERSION_HEADER,
+};
 use super::wire::{excerpt, messages_of, to_bytes};
 use mrtr_wire::jsonrpc;
 use mrtr_wire::sse::SseDecoder;
@@ -163,17 +166,37 @@ impl HttpSession {
         }
     }
 
-    fn spawn_reader(&mut self, tag: StreamTag, resp: hyper::Response<Incoming>, sse: bool) {
-        let reader = StreamContext {
+    fn stream_context(&self) -> StreamContext {
+        StreamContext {
             http: self.http.clone(),
             get_headers: self.get_headers(),
             tx: self.tx.clone(),
             stateless: self.session_id.is_none(),
-        };
-        // Readers of finished calls have ended: keep the list as long as the live ones.
+        }
+    }
+
+    fn spawn_reader(&mut self, tag: StreamTag, resp: hyper::Response<Incoming>, sse: bool) {
+        self.spawn(Box::pin(self.stream_context().run(tag, resp, sse)));
+    }
+
+    fn spawn(&mut self, reading: std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>) {
+        // Readers of finished streams have ended: keep the list as long as the live ones.
         self.readers.retain(|r| !r.is_finished());
-        let task = tokio::spawn(reader.run(tag, resp, sse));
-        self.readers.push(AbortOnDropHandle::new(task));
+        self.readers
+            .push(AbortOnDropHandle::new(tokio::spawn(reading)));
+    }
+
+    /// Hands the response stream of request `id` to whoever reads the session, on the
+    /// session's channel: it is then read in the reader's task (the call's own, while the
+    /// call runs) rather than in a task of its own. When the channel is full (nobody has read
+    /// it for a while), a task of its own reads it, as every stream once was.
+    fn hand_over_call_stream(&mut self, id: i64, resp: hyper::Response<Incoming>, sse: bool) {
+        let reading = self.stream_context().run(StreamTag::Call(id), resp, sse);
+        if let Err(refused) = self.tx.try_send(Inbound::Stream(CallStream::new(reading)))
+            && let Inbound::Stream(stream) = refused.into_inner()
+        {
+            self.spawn(stream.into_future());
+        }
     }
 
     /// POSTs a request; its response (and anything sent on its stream) arrives as [`Inbound`]
@@ -201,7 +224,7 @@ impl HttpSession {
         }
         if status.is_success() {
             let sse = is_sse(resp.headers());
-            self.spawn_reader(StreamTag::Call(id), resp, sse);
+            self.hand_over_call_stream(id, resp, sse);
             return Ok(id);
         }
         // A JSON-RPC error body for our id is an answer; anything else is an HTTP failure.

@@ -192,26 +192,23 @@ pub struct ParkingLot {
 /// Buffers what a parked call receives; stops on request, on overflow or when the call's
 /// stream ends (the legacy server gave up or crashed).
 async fn buffer(
-    reader: Reader,
+    mut reader: Reader,
     call_id: i64,
     limit: usize,
     stop: CancellationToken,
 ) -> (Reader, Watch) {
-    let (mut rx, mut backlog) = reader.into_parts();
     let mut bytes = 0usize;
     let watch = loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => break Watch::Stopped,
-            item = rx.recv() => match item {
+            item = reader.keep_next() => match item {
                 None => break Watch::Broken(Eviction::StreamEnded),
                 Some(item) => {
-                    let ended = matches!(&item, Inbound::Ended { stream: StreamTag::Call(id), .. } if *id == call_id);
-                    if let Inbound::Message(_, m) = &item {
+                    if let Inbound::Message(_, m) = item {
                         bytes += m.to_string().len();
                     }
-                    backlog.push_back(item);
-                    if ended {
+                    if matches!(item, Inbound::Ended { stream: StreamTag::Call(id), .. } if *id == call_id) {
                         break Watch::Broken(Eviction::StreamEnded);
                     }
                     if bytes > limit {
@@ -221,7 +218,7 @@ async fn buffer(
             }
         }
     };
-    (Reader::with_backlog(rx, backlog), watch)
+    (reader, watch)
 }
 
 impl ParkingLot {

@@ -281,7 +281,7 @@ impl<'g> Run<'g> {
             // The round is due and nothing else is waiting to be read: close it now (a timer
             // would add its own millisecond).
             if due.is_some_and(|d| d <= tokio::time::Instant::now())
-                && !self.exchange_mut().reader().has_ready()
+                && !self.exchange_mut().reader_mut().has_ready()
             {
                 self.round_closed(&gather, shape_key);
                 return Ok(Captured::NeedInput(questions));
