@@ -92,7 +92,9 @@ impl Sessions {
         declared: &Declared,
         headers: HeaderMap,
     ) -> Result<Exchange, Rejection> {
-        match self.upstream().open(declared, headers).await {
+        // Boxed: a warm session is the common case, and opening one (its initialize, its
+        // GET stream) would make every call's future as large as the opening.
+        match Box::pin(self.upstream().open(declared, headers)).await {
             Ok((mut session, rx)) => {
                 self.metrics.opened();
                 session.track_with(self.metrics.open_sessions());

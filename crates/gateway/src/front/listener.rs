@@ -146,7 +146,10 @@ pub async fn serve(
                         client_cert_der,
                         close: CancellationToken::new(),
                     });
-                    serve_connection(front, tls_stream, info, shutdown).await;
+                    // Boxed: a TLS connection's state is more than twice a plain one's, and
+                    // inline it would make every connection's task that large, idle plain
+                    // ones included.
+                    Box::pin(serve_connection(front, tls_stream, info, shutdown)).await;
                 }
             }
         });

@@ -28,7 +28,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::server_request::ServerRequest;
-use super::session::{CallStream, Inbound, LegacySession, SessionError, StreamTag};
+use super::session::{CallStream, Closing, Inbound, LegacySession, SessionError, StreamTag};
 use super::wire::response_id;
 use mrtr_wire::jsonrpc::{self, ErrorObject, MessageKind};
 
@@ -205,9 +205,12 @@ impl Exchange {
         (self.session, self.reader)
     }
 
-    /// Ends the session cleanly.
-    pub async fn close(self) {
-        self.session.close().await;
+    /// Ends the session cleanly. The reader goes first: its response streams stop before
+    /// the session is deleted, as a session's own reader tasks do.
+    pub fn close(self) -> Closing {
+        let Exchange { session, reader } = self;
+        drop(reader);
+        session.close()
     }
 
     /// The next event worth a reader's attention: `ping` is answered here (any session, any

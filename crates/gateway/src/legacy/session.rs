@@ -52,6 +52,9 @@ pub enum Inbound {
     Stream(CallStream),
 }
 
+/// A session's closing, under way (see [`LegacySession::close`]).
+pub type Closing = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// The reading of one response stream, as a future that delivers onto the session's channel.
 pub struct CallStream(Pin<Box<dyn Future<Output = ()> + Send + Sync>>);
 
@@ -194,13 +197,18 @@ impl LegacySession {
         }
     }
 
-    /// Ends the session cleanly.
-    pub async fn close(self) {
-        match self {
-            LegacySession::Http(s) => s.close().await,
-            LegacySession::Sse(s) => s.close(),
-            LegacySession::Stdio(s) => s.close().await,
-        }
+    /// Ends the session cleanly. Boxed: closing is rare next to the calls that may close, and
+    /// its HTTP exchange (a DELETE) would otherwise make every future that may close — the
+    /// call's own, down to the pool's check-in — as large as that exchange, copied whole at
+    /// every step of every call.
+    pub fn close(self) -> Closing {
+        Box::pin(async move {
+            match self {
+                LegacySession::Http(s) => s.close().await,
+                LegacySession::Sse(s) => s.close(),
+                LegacySession::Stdio(s) => s.close().await,
+            }
+        })
     }
 
     /// Whether the session can carry another call: its transport is still up and nothing

@@ -307,7 +307,7 @@ async fn execute(
                 asked: asked(std::slice::from_ref(&question)),
                 parked: None,
             };
-            return seal_round(s, &presented, round, &server_info).await;
+            return Box::pin(seal_round(s, &presented, round, &server_info)).await;
         }
     };
     *may_have_run = true;
@@ -371,7 +371,14 @@ async fn execute(
     // call, would otherwise be as large as this step.
     let parked = Box::pin(park_or_cancel(s, run, open, minter, policy)).await?;
     spans::record_parked(parked.is_some());
-    seal_round(s, &presented, Round { asked, parked }, &server_info).await
+    // Boxed, as `park_or_cancel`: only a round that asks seals a state.
+    Box::pin(seal_round(
+        s,
+        &presented,
+        Round { asked, parked },
+        &server_info,
+    ))
+    .await
 }
 
 /// Takes back the call parked on this replica for this state, if it is here. A park-only call
@@ -385,7 +392,7 @@ async fn take_parked<'e>(
     let park_ref = prior.and_then(|p| p.park.as_ref());
     let resumed = match park_ref {
         Some(r) if r.instance == engine.instance_id => {
-            engine.parking.take(&r.handle, &s.call.principal).await
+            Box::pin(engine.parking.take(&r.handle, &s.call.principal)).await
         }
         _ => None,
     };

@@ -165,7 +165,13 @@ pub(super) async fn serve(
                     sink: &sink,
                     cancel: &run_cancel,
                 };
-                engine::execute_and_settle(&serving, &client, presented, owed).await
+                // Boxed: this block is made and moved several times before it first runs
+                // (wrapped, then boxed); with the call's state machine inline, each move
+                // would copy all of it.
+                Box::pin(engine::execute_and_settle(
+                    &serving, &client, presented, owed,
+                ))
+                .await
             }
             .instrument(tracing::Span::current()),
         ))

@@ -86,7 +86,8 @@ impl<'g> Run<'g> {
             // Routing: the method must be offered by the session that would serve it — this
             // caller's own — not by whatever another caller's session once answered.
             if !run.offers(&call.method) {
-                run.finish().await;
+                // Boxed: rare, and as large as the rest of the start.
+                Box::pin(run.finish()).await;
                 return Err(not_sent(Rejection::method_not_found(&call.method)));
             }
             run.set_log_level(call).await;
