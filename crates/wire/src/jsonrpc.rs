@@ -92,15 +92,26 @@ pub fn error_response(id: Option<&Value>, error: &ErrorObject) -> Value {
     json!({"jsonrpc": "2.0", "id": id.cloned().unwrap_or(Value::Null), "error": error})
 }
 
-pub fn request(id: &Value, method: &str, params: Option<Value>) -> Value {
-    let mut m = Map::new();
-    m.insert("jsonrpc".into(), Value::from("2.0"));
-    m.insert("id".into(), id.clone());
-    m.insert("method".into(), Value::from(method));
-    if let Some(p) = params {
-        m.insert("params".into(), p);
+/// A request to send, borrowing its params: it is only ever serialized, so the params need
+/// not be copied into a tree of their own.
+#[derive(Debug, Serialize)]
+pub struct OutgoingRequest<'a> {
+    jsonrpc: &'static str,
+    id: i64,
+    method: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a Value>,
+}
+
+impl<'a> OutgoingRequest<'a> {
+    pub fn new(id: i64, method: &'a str, params: Option<&'a Value>) -> OutgoingRequest<'a> {
+        OutgoingRequest {
+            jsonrpc: "2.0",
+            id,
+            method,
+            params,
+        }
     }
-    Value::Object(m)
 }
 
 pub fn notification(method: &str, params: Option<Value>) -> Value {
@@ -144,6 +155,20 @@ pub fn classify(msg: &Value) -> MessageKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_outgoing_request_is_the_request_it_borrows_from() {
+        let params = json!({"name": "echo", "arguments": {"text": "hi"}});
+        let sent =
+            serde_json::to_value(OutgoingRequest::new(3, "tools/call", Some(&params))).unwrap();
+        assert_eq!(
+            sent,
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params})
+        );
+        // Without params the member is absent, not null.
+        let bare = serde_json::to_value(OutgoingRequest::new(4, "ping", None)).unwrap();
+        assert_eq!(bare, json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}));
+    }
 
     #[test]
     fn ids_accept_strings_and_integers_only() {

@@ -54,7 +54,7 @@ pub fn parse_envelope(body: &[u8]) -> Result<Parsed, Refusal> {
             Rejection::parse_error(format!("the body is not valid JSON: {e}")),
         )
     })?;
-    let obj = match v {
+    let mut obj = match v {
         Value::Object(o) => o,
         Value::Array(_) => {
             return Err(refusal(
@@ -86,7 +86,7 @@ pub fn parse_envelope(body: &[u8]) -> Result<Parsed, Refusal> {
             Rejection::invalid_request("jsonrpc must be \"2.0\""),
         ));
     }
-    let Some(method) = obj.get("method").and_then(Value::as_str) else {
+    let Some(Value::String(method)) = obj.remove("method") else {
         if obj.contains_key("result") || obj.contains_key("error") {
             return Err(refusal(
                 id,
@@ -98,7 +98,8 @@ pub fn parse_envelope(body: &[u8]) -> Result<Parsed, Refusal> {
             Rejection::invalid_request("a request needs a string method"),
         ));
     };
-    let params = obj.get("params").cloned();
+    // Taken, not copied: the params are the largest part of a request.
+    let params = obj.remove("params");
     if params.as_ref().is_some_and(|p| !p.is_object()) {
         return Err(refusal(
             id,
@@ -107,11 +108,7 @@ pub fn parse_envelope(body: &[u8]) -> Result<Parsed, Refusal> {
     }
     match id {
         None => Ok(Parsed::Notification),
-        Some(id) => Ok(Parsed::Request(Envelope {
-            id,
-            method: method.to_string(),
-            params,
-        })),
+        Some(id) => Ok(Parsed::Request(Envelope { id, method, params })),
     }
 }
 

@@ -143,7 +143,7 @@ async fn subscribe(
     for uri in &agreed.uris {
         let id = exchange
             .session_mut()
-            .request("resources/subscribe", Some(json!({"uri": uri})))
+            .request("resources/subscribe", Some(&json!({"uri": uri})))
             .await
             .map_err(|e| session_rejection(&e))?;
         waiting.insert(id, uri.clone());

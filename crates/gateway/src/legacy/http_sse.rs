@@ -156,8 +156,12 @@ impl SseSession {
         self.calls
             .register(0, "initialize", Some(reply_tx))
             .map_err(SessionError::Gone)?;
-        self.post(&jsonrpc::request(&json!(0), "initialize", Some(params)))
-            .await?;
+        self.post(&jsonrpc::OutgoingRequest::new(
+            0,
+            "initialize",
+            Some(&params),
+        ))
+        .await?;
         let wait = self.http.limits.response_timeout;
         let answer = match timeout(wait, reply_rx).await {
             Err(_) => {
@@ -187,7 +191,7 @@ impl SseSession {
     }
 
     /// POSTs one message to the endpoint; the server acknowledges with 202.
-    async fn post(&self, msg: &Value) -> Result<(), SessionError> {
+    async fn post(&self, msg: &impl serde::Serialize) -> Result<(), SessionError> {
         if let Some(what) = self.calls.gone() {
             return Err(SessionError::Gone(what));
         }
@@ -224,7 +228,7 @@ impl SseSession {
     pub async fn request(
         &mut self,
         method: &str,
-        params: Option<Value>,
+        params: Option<&Value>,
     ) -> Result<i64, SessionError> {
         let id = self.next_id;
         self.next_id += 1;
@@ -232,7 +236,7 @@ impl SseSession {
             .register(id, method, None)
             .map_err(SessionError::Gone)?;
         if let Err(e) = self
-            .post(&jsonrpc::request(&json!(id), method, params))
+            .post(&jsonrpc::OutgoingRequest::new(id, method, params))
             .await
         {
             self.calls.forget(id);

@@ -158,7 +158,7 @@ impl LegacySession {
     pub async fn request(
         &mut self,
         method: &str,
-        params: Option<Value>,
+        params: Option<&Value>,
     ) -> Result<i64, SessionError> {
         match self {
             LegacySession::Http(s) => s.request(method, params).await,

@@ -206,8 +206,12 @@ impl StdioSession {
             initialize_params(&versions.request_version(), capabilities, &spec.client_name);
         let (reply_tx, reply_rx) = oneshot::channel();
         self.register(0, "initialize", Some(reply_tx))?;
-        self.send(&jsonrpc::request(&json!(0), "initialize", Some(params)))
-            .await?;
+        self.send(&jsonrpc::OutgoingRequest::new(
+            0,
+            "initialize",
+            Some(&params),
+        ))
+        .await?;
         let answer = match timeout(self.response_timeout, reply_rx).await {
             Err(_) => {
                 return Err(SessionError::Initialize(format!(
@@ -253,8 +257,8 @@ impl StdioSession {
     }
 
     /// Writes one message as one line on the child's stdin.
-    async fn send(&self, msg: &Value) -> Result<(), SessionError> {
-        let mut line = serde_json::to_vec(msg).expect("JSON values serialize");
+    async fn send(&self, msg: &impl serde::Serialize) -> Result<(), SessionError> {
+        let mut line = serde_json::to_vec(msg).expect("JSON-RPC messages serialize");
         line.push(b'\n');
         let mut stdin = self.stdin.lock().await;
         let gone = || {
@@ -291,13 +295,13 @@ impl StdioSession {
     pub async fn request(
         &mut self,
         method: &str,
-        params: Option<Value>,
+        params: Option<&Value>,
     ) -> Result<i64, SessionError> {
         let id = self.next_id;
         self.next_id += 1;
         self.register(id, method, None)?;
         if let Err(e) = self
-            .send(&jsonrpc::request(&json!(id), method, params))
+            .send(&jsonrpc::OutgoingRequest::new(id, method, params))
             .await
         {
             self.shared.calls.forget(id);

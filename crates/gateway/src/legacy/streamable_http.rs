@@ -114,7 +114,7 @@ impl HttpSession {
             capabilities,
             &self.http.client_name,
         );
-        let body = jsonrpc::request(&json!(0), "initialize", Some(params));
+        let body = jsonrpc::OutgoingRequest::new(0, "initialize", Some(&params));
         let resp = self
             .http
             .send(Method::POST, self.headers(), Some(to_bytes(&body)))
@@ -204,11 +204,11 @@ impl HttpSession {
     pub async fn request(
         &mut self,
         method: &str,
-        params: Option<Value>,
+        params: Option<&Value>,
     ) -> Result<i64, SessionError> {
         let id = self.next_id;
         self.next_id += 1;
-        let body = jsonrpc::request(&json!(id), method, params);
+        let body = jsonrpc::OutgoingRequest::new(id, method, params);
         let resp = self
             .http
             .send(Method::POST, self.headers(), Some(to_bytes(&body)))

@@ -42,7 +42,7 @@ pub fn method_of(msg: &Value) -> Option<&str> {
     msg.get("method").and_then(Value::as_str)
 }
 
-pub fn to_bytes(v: &Value) -> Bytes {
+pub fn to_bytes(v: &impl serde::Serialize) -> Bytes {
     Bytes::from(serde_json::to_vec(v).expect("JSON values serialize"))
 }
 

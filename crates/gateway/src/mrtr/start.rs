@@ -97,11 +97,7 @@ impl<'g> Run<'g> {
                 AfterRefresh::Retry => continue,
                 AfterRefresh::Done(outcome) => return outcome,
             };
-            match run
-                .session_mut()
-                .request(&call.method, Some(params.clone()))
-                .await
-            {
+            match run.session_mut().request(&call.method, Some(&params)).await {
                 Ok(call_id) => {
                     run.call_id = call_id;
                     return Ok(Start::Sent(Box::new(run)));
@@ -180,7 +176,7 @@ impl<'g> Run<'g> {
         {
             let _ = self
                 .session_mut()
-                .request("logging/setLevel", Some(json!({"level": level})))
+                .request("logging/setLevel", Some(&json!({"level": level})))
                 .await;
         }
     }
