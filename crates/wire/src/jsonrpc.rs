@@ -82,9 +82,33 @@ pub mod codes {
     pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 }
 
-/// `{"jsonrpc":"2.0","id":…,"result":…}`
+/// `{"jsonrpc":"2.0","id":…,"result":…}`. Built member by member: `json!` would copy the
+/// result (it converts each value it is given), and a result can be large.
 pub fn result_response(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+    let mut m = Map::new();
+    m.insert("jsonrpc".into(), Value::from("2.0"));
+    m.insert("id".into(), id.clone());
+    m.insert("result".into(), result);
+    Value::Object(m)
+}
+
+/// A result response to send, borrowing its id and result: answering needs its bytes only,
+/// not a tree holding (a copy of) the result.
+#[derive(Debug, Serialize)]
+pub struct OutgoingResult<'a> {
+    jsonrpc: &'static str,
+    id: &'a Value,
+    result: &'a Value,
+}
+
+impl<'a> OutgoingResult<'a> {
+    pub fn new(id: &'a Value, result: &'a Value) -> OutgoingResult<'a> {
+        OutgoingResult {
+            jsonrpc: "2.0",
+            id,
+            result,
+        }
+    }
 }
 
 /// `{"jsonrpc":"2.0","id":…,"error":…}`; `id` is `null` when the request id was unreadable.
@@ -168,6 +192,20 @@ mod tests {
         // Without params the member is absent, not null.
         let bare = serde_json::to_value(OutgoingRequest::new(4, "ping", None)).unwrap();
         assert_eq!(bare, json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}));
+    }
+
+    #[test]
+    fn a_borrowed_result_response_is_the_response_built_from_it() {
+        let (id, result) = (
+            json!("r-1"),
+            json!({"content": [], "resultType": "complete"}),
+        );
+        let borrowed = serde_json::to_value(OutgoingResult::new(&id, &result)).unwrap();
+        assert_eq!(borrowed, result_response(&id, result.clone()));
+        assert_eq!(
+            borrowed,
+            json!({"jsonrpc": "2.0", "id": "r-1", "result": result})
+        );
     }
 
     #[test]

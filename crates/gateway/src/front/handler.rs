@@ -452,7 +452,7 @@ fn answer(
         Ok(result) => {
             let response = respond::json(
                 StatusCode::OK,
-                &mrtr_wire::jsonrpc::result_response(id, result.clone()),
+                &mrtr_wire::jsonrpc::OutgoingResult::new(id, &result),
             );
             record_timed(front, method, &Ok(result), took);
             response

@@ -35,8 +35,10 @@ pub fn empty(status: StatusCode) -> Response<Body> {
     r
 }
 
-pub fn json(status: StatusCode, v: &Value) -> Response<Body> {
-    let mut r = Response::new(full(serde_json::to_vec(v).expect("JSON values serialize")));
+pub fn json(status: StatusCode, v: &impl serde::Serialize) -> Response<Body> {
+    let mut r = Response::new(full(
+        serde_json::to_vec(v).expect("JSON-RPC messages serialize"),
+    ));
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -57,10 +59,10 @@ pub fn rejection(id: Option<&Value>, rej: &Rejection) -> Response<Body> {
 }
 
 /// One SSE `message` event carrying `msg`.
-pub fn sse_event(msg: &Value) -> Bytes {
+pub fn sse_event(msg: &impl serde::Serialize) -> Bytes {
     let mut buf = Vec::with_capacity(128);
     buf.extend_from_slice(b"event: message\ndata: ");
-    serde_json::to_writer(&mut buf, msg).expect("JSON values serialize");
+    serde_json::to_writer(&mut buf, msg).expect("JSON-RPC messages serialize");
     buf.extend_from_slice(b"\n\n");
     Bytes::from(buf)
 }
@@ -82,11 +84,14 @@ pub fn sse_response(body: Body) -> Response<Body> {
     r
 }
 
-/// The final JSON-RPC message of a request.
-fn final_message(id: &Value, outcome: &Result<Value, Rejection>) -> Value {
+/// The final JSON-RPC message of a request, as an SSE event.
+fn final_event(id: &Value, outcome: &Result<Value, Rejection>) -> Bytes {
     match outcome {
-        Ok(result) => jsonrpc::result_response(id, result.clone()),
-        Err(rej) => jsonrpc::error_response(Some(id), &error_map::error_object(rej)),
+        Ok(result) => sse_event(&jsonrpc::OutgoingResult::new(id, result)),
+        Err(rej) => sse_event(&jsonrpc::error_response(
+            Some(id),
+            &error_map::error_object(rej),
+        )),
     }
 }
 
@@ -181,7 +186,7 @@ where
         outcome = &mut work => {
             on_done(&outcome);
             return match outcome {
-                Ok(result) => json(StatusCode::OK, &jsonrpc::result_response(&id, result)),
+                Ok(result) => json(StatusCode::OK, &jsonrpc::OutgoingResult::new(&id, &result)),
                 Err(rej) => rejection(Some(&id), &rej),
             };
         }
@@ -191,7 +196,7 @@ where
         let outcome = (&mut work).await;
         on_done(&outcome);
         return match outcome {
-            Ok(result) => json(StatusCode::OK, &jsonrpc::result_response(&id, result)),
+            Ok(result) => json(StatusCode::OK, &jsonrpc::OutgoingResult::new(&id, &result)),
             Err(rej) => rejection(Some(&id), &rej),
         };
     };
@@ -233,7 +238,8 @@ where
                 None => done(&outcome),
             }
         }
-        let frame = sse_frame(&final_message(&st.id, &outcome));
+        let frame: Result<Frame<Bytes>, Infallible> =
+            Ok(Frame::data(final_event(&st.id, &outcome)));
         Some((frame, st))
     });
     sse_response(BodyExt::boxed_unsync(StreamBody::new(stream)))

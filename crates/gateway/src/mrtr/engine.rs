@@ -632,8 +632,13 @@ fn final_result(
     server_info: &Value,
     hint: Option<crate::config::CacheHint>,
 ) -> Result<Value, Rejection> {
-    if let Some(result) = msg.get("result") {
-        let (result, dropped) = translate::from_legacy(result.clone(), server_info, hint);
+    let mut msg = match msg {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    // Taken out of the response, not copied: a result can be large.
+    if let Some(result) = msg.remove("result") {
+        let (result, dropped) = translate::from_legacy(result, server_info, hint);
         if !dropped.is_empty() {
             for field in &dropped {
                 engine.metrics.policy().field_dropped(field);
@@ -646,7 +651,7 @@ fn final_result(
         }
         return Ok(result);
     }
-    let mut err = msg.get("error").cloned().unwrap_or_else(|| json!({}));
+    let mut err = msg.remove("error").unwrap_or_else(|| json!({}));
     drop_unsafe_error_data(engine, call, &mut err);
     Err(translate::legacy_error(
         &err,

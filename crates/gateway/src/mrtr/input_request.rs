@@ -79,7 +79,11 @@ pub fn to_input_request(
         }
         _ => {}
     }
-    (json!({"method": method, "params": p}), elicitation_id)
+    // Not `json!`: it would copy the params (it converts each value it is given).
+    let mut entry = Map::new();
+    entry.insert("method".into(), Value::from(method));
+    entry.insert("params".into(), Value::Object(p));
+    (Value::Object(entry), elicitation_id)
 }
 
 #[cfg(test)]
