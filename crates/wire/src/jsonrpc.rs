@@ -119,16 +119,16 @@ pub fn error_response(id: Option<&Value>, error: &ErrorObject) -> Value {
 /// A request to send, borrowing its params: it is only ever serialized, so the params need
 /// not be copied into a tree of their own.
 #[derive(Debug, Serialize)]
-pub struct OutgoingRequest<'a> {
+pub struct OutgoingRequest<'a, P: Serialize + ?Sized = Value> {
     jsonrpc: &'static str,
     id: i64,
     method: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    params: Option<&'a Value>,
+    params: Option<&'a P>,
 }
 
-impl<'a> OutgoingRequest<'a> {
-    pub fn new(id: i64, method: &'a str, params: Option<&'a Value>) -> OutgoingRequest<'a> {
+impl<'a, P: Serialize + ?Sized> OutgoingRequest<'a, P> {
+    pub fn new(id: i64, method: &'a str, params: Option<&'a P>) -> OutgoingRequest<'a, P> {
         OutgoingRequest {
             jsonrpc: "2.0",
             id,
@@ -190,7 +190,7 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params})
         );
         // Without params the member is absent, not null.
-        let bare = serde_json::to_value(OutgoingRequest::new(4, "ping", None)).unwrap();
+        let bare = serde_json::to_value(OutgoingRequest::<Value>::new(4, "ping", None)).unwrap();
         assert_eq!(bare, json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}));
     }
 

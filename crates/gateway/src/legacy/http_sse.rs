@@ -225,10 +225,10 @@ impl SseSession {
     }
 
     /// POSTs a request; its response arrives tagged `Call(id)`. Returns the id.
-    pub async fn request(
+    pub async fn request<P: serde::Serialize + Sync + ?Sized>(
         &mut self,
         method: &str,
-        params: Option<&Value>,
+        params: Option<&P>,
     ) -> Result<i64, SessionError> {
         let id = self.next_id;
         self.next_id += 1;

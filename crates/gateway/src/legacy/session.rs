@@ -155,10 +155,10 @@ impl LegacySession {
     }
 
     /// Sends a request; returns the gateway-minted id its response will carry.
-    pub async fn request(
+    pub async fn request<P: serde::Serialize + Sync + ?Sized>(
         &mut self,
         method: &str,
-        params: Option<&Value>,
+        params: Option<&P>,
     ) -> Result<i64, SessionError> {
         match self {
             LegacySession::Http(s) => s.request(method, params).await,

@@ -201,10 +201,10 @@ impl HttpSession {
 
     /// POSTs a request; its response (and anything sent on its stream) arrives as [`Inbound`]
     /// items tagged `StreamTag::Call(id)`. Returns the id.
-    pub async fn request(
+    pub async fn request<P: serde::Serialize + Sync + ?Sized>(
         &mut self,
         method: &str,
-        params: Option<&Value>,
+        params: Option<&P>,
     ) -> Result<i64, SessionError> {
         let id = self.next_id;
         self.next_id += 1;

@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
@@ -173,24 +174,88 @@ impl Sink {
 }
 
 /// The call's params as the legacy server should see them: no MRTR members, and of `_meta`
-/// only what legacy servers understand (progress token, trace context).
-pub(super) fn legacy_params(params: &Value) -> Value {
-    let mut p = params.as_object().cloned().unwrap_or_default();
-    p.remove("inputResponses");
-    p.remove("requestState");
-    if let Some(Value::Object(meta)) = p.remove("_meta") {
-        let kept: Map<String, Value> = meta
-            .into_iter()
-            .filter(|(k, _)| {
-                matches!(
-                    k.as_str(),
-                    "progressToken" | "traceparent" | "tracestate" | "baggage"
-                )
-            })
-            .collect();
-        if !kept.is_empty() {
-            p.insert("_meta".into(), Value::Object(kept));
+/// only what legacy servers understand (progress token, trace context). Serialized straight
+/// from the call's params, so they are never copied; params that are not an object go as
+/// `{}`.
+pub(super) struct LegacyParams<'a>(pub &'a Value);
+
+/// The `_meta` members a legacy server is given.
+fn legacy_meta_key(key: &str) -> bool {
+    matches!(
+        key,
+        "progressToken" | "traceparent" | "tracestate" | "baggage"
+    )
+}
+
+impl Serialize for LegacyParams<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut out = s.serialize_map(None)?;
+        for (key, value) in self.0.as_object().into_iter().flatten() {
+            match (key.as_str(), value) {
+                ("inputResponses" | "requestState", _) => {}
+                ("_meta", Value::Object(meta)) => {
+                    if meta.keys().any(|k| legacy_meta_key(k)) {
+                        out.serialize_entry(key, &LegacyMeta(meta))?;
+                    }
+                }
+                ("_meta", _) => {}
+                _ => out.serialize_entry(key, value)?,
+            }
         }
+        out.end()
     }
-    Value::Object(p)
+}
+
+struct LegacyMeta<'a>(&'a Map<String, Value>);
+
+impl Serialize for LegacyMeta<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().filter(|(k, _)| legacy_meta_key(k)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_legacy_server_sees_no_round_members_and_only_the_meta_it_understands() {
+        let modern = json!({
+            "name": "echo",
+            "arguments": {"text": "hi"},
+            "inputResponses": {"k": {}},
+            "requestState": "s",
+            "_meta": {
+                "progressToken": 7,
+                "traceparent": "00-a-b-01",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28"
+            }
+        });
+        assert_eq!(
+            serde_json::to_value(LegacyParams(&modern)).unwrap(),
+            json!({
+                "name": "echo",
+                "arguments": {"text": "hi"},
+                "_meta": {"progressToken": 7, "traceparent": "00-a-b-01"}
+            })
+        );
+        // A `_meta` with nothing a legacy server understands goes away entirely, as does one
+        // that is not an object; params that are not an object go as `{}`.
+        let bare = json!({"name": "t", "_meta": {"io.modelcontextprotocol/protocolVersion": "x"}});
+        assert_eq!(
+            serde_json::to_value(LegacyParams(&bare)).unwrap(),
+            json!({"name": "t"})
+        );
+        let odd = json!({"name": "t", "_meta": 3});
+        assert_eq!(
+            serde_json::to_value(LegacyParams(&odd)).unwrap(),
+            json!({"name": "t"})
+        );
+        assert_eq!(
+            serde_json::to_value(LegacyParams(&json!(null))).unwrap(),
+            json!({})
+        );
+    }
 }

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::call::legacy_params;
+use super::call::LegacyParams;
 use super::deps::Engine;
 use super::run::{Call, Handled, Mode, Question, Run};
 use crate::error::{Rejection, RejectionKind};
@@ -73,7 +73,7 @@ impl<'g> Run<'g> {
         declared: &Declared,
         mode: &mut Mode<'_>,
     ) -> Result<Start<'g>, StartError> {
-        let params = legacy_params(&call.params);
+        let params = LegacyParams(&call.params);
         let pool_key = PoolKey::new(&call.scope(), declared);
         let not_sent = |rejection| StartError {
             rejection,
