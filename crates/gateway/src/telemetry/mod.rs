@@ -3,8 +3,7 @@
 //! spans [`spans`] marks for it.
 //!
 //! Lines are written off the request path: a request formats its line and hands it to a
-//! channel; one background thread writes the channel to stderr, every line queued at that
-//! moment in one write, flushed as soon as the channel is empty. Nothing waits on stderr or on
+//! channel; one background thread writes the channel to stderr. Nothing waits on stderr or on
 //! a lock around it unless the channel is full (then the writer blocks rather than drop a
 //! line: an access log with holes is worse than a slow one). The writer flushes what is left
 //! when [`Logging`] is dropped, at the end of `main`.
@@ -41,11 +40,6 @@ pub type LevelHandle = reload::Handle<EnvFilter, tracing_subscriber::Registry>;
 /// Lines the writer holds before a logging request waits for it.
 const BUFFERED_LINES: usize = 64 * 1024;
 
-/// Bytes of lines the writer gathers into one write to stderr. The writer takes every line
-/// queued, then flushes, so a line waits only for the lines queued with it: under load one
-/// write carries many lines instead of one system call each.
-const WRITE_BATCH: usize = 32 * 1024;
-
 /// The installed logger: the level handle (`None` when a logger was already installed), the
 /// background writer, which flushes when this is dropped, and the trace exporter, if any.
 pub struct Logging {
@@ -79,10 +73,7 @@ pub fn init(level: &str, format: LogFormat, traces: Option<TraceExport>) -> Logg
         .lossy(false)
         .buffered_lines_limit(BUFFERED_LINES)
         .thread_name("mrtr-log-writer")
-        .finish(std::io::BufWriter::with_capacity(
-            WRITE_BATCH,
-            std::io::stderr(),
-        ));
+        .finish(std::io::stderr());
     // Lines are written from events alone (a line names its request from the request's
     // context, see `lines`), so this layer never keeps a span's fields.
     let lines: BoxedLayer = tracing_subscriber::fmt::layer()
