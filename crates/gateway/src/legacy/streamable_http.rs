@@ -3,15 +3,17 @@
 //! Lifecycle: [`HttpSession::open`] POSTs `initialize` with the capabilities it is given,
 //! keeps the `Mcp-Session-Id`, POSTs `notifications/initialized`, then opens the standalone
 //! GET stream (some SDKs send server requests only there; Python's `list_roots()` does).
-//! [`HttpSession::request`] POSTs a request and hands its response stream to a reader task;
+//! [`HttpSession::request`] POSTs a request and hands its response stream over on the
+//! session's channel, to be read by whoever reads the session (see `exchange::Reader`);
 //! [`HttpSession::respond`] answers a server request; [`LegacySession::close`] DELETEs the
 //! session. Dropping a session without closing it still DELETEs it, in the background.
 //!
 //! Everything the server sends, from any stream, arrives on one channel as [`Inbound`] items
 //! tagged with the stream it came on, so the caller reads one place. Server-request ids are
 //! the server's own id space: they are never compared with the ids this side mints. Each
-//! stream is read by a [`StreamContext`] task, which also resumes streams the server only
-//! disconnected (SSE polling) and fails fast on stateless servers (see `http_stream`).
+//! stream is read by a [`StreamContext`] (the GET stream in a task of its own), which also
+//! resumes streams the server only disconnected (SSE polling) and fails fast on stateless
+//! servers (see `http_stream`).
 
 use std::future::Future;
 use std::sync::Arc;
