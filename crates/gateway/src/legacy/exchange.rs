@@ -6,7 +6,7 @@
 //! streams, the pool's watch over an idle session, the parking lot's buffer) used to take
 //! those items apart itself. Here that happens once:
 //!
-//! - [`Event::of`] turns an item into what it means to a reader: the response to one of our
+//! - `Event::of` turns an item into what it means to a reader: the response to one of our
 //!   requests, a request or a notification from the server, the end of one of our request
 //!   streams, the end of the server's own stream, or the end of the session.
 //! - [`Reader`] is the receiving half with its backlog (what was read and not used yet, kept
