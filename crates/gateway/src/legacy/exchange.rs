@@ -143,13 +143,22 @@ impl Reader {
 
     /// The channel's next item, reading the adopted streams while it has none.
     fn poll_fresh(&mut self, cx: &mut Context<'_>) -> Poll<Option<Inbound>> {
+        // The streams are read once per poll (once more after adopting another): the channel
+        // can answer `Pending` with items in it, when the task has spent its cooperative
+        // budget (it is then woken to go on), and going round again would never end.
+        let mut streams_read = false;
         loop {
             match self.inbound.poll_recv(cx) {
-                Poll::Ready(Some(Inbound::Stream(stream))) => self.streams.push(stream),
+                Poll::Ready(Some(Inbound::Stream(stream))) => {
+                    self.streams.push(stream);
+                    streams_read = false;
+                }
                 Poll::Ready(item) => return Poll::Ready(item),
+                Poll::Pending if streams_read => return Poll::Pending,
                 Poll::Pending => {
-                    // What the streams read lands on the channel; go round again if they
+                    // What the streams read lands on the channel; look again if they
                     // delivered anything, otherwise each has registered to be woken.
+                    streams_read = true;
                     if !self.read_streams(cx) {
                         return Poll::Pending;
                     }
@@ -446,6 +455,62 @@ mod tests {
         assert!(reader.streams.is_empty(), "an ended stream is let go");
         drop(tx);
         assert!(matches!(reader.next_event().await, Event::Closed));
+    }
+
+    /// With the task's cooperative budget spent, the channel answers `Pending` though it
+    /// holds items; a read must then give way (the task is woken to go on), not spin.
+    #[test]
+    fn a_read_gives_way_when_the_tasks_budget_is_spent() {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let (tx, rx) = mpsc::channel(4);
+                let mut reader = Reader::new(rx);
+                let (go, gate) = tokio::sync::oneshot::channel();
+                tx.send(gated_stream(&tx, 5, gate)).await.unwrap();
+                // The reader adopts the stream, which has nothing yet.
+                let adopted =
+                    std::future::poll_fn(|cx| Poll::Ready(reader.poll_fresh(cx).is_pending()))
+                        .await;
+                assert!(adopted && reader.streams.len() == 1);
+                // An item waits on the channel while the stream stays open.
+                tx.send(Inbound::Message(
+                    StreamTag::Get,
+                    json!({"jsonrpc": "2.0", "method": "notifications/x"}),
+                ))
+                .await
+                .unwrap();
+                // Something to spend the budget on.
+                let (spend_tx, mut spend_rx) = mpsc::unbounded_channel::<u8>();
+                for _ in 0..1_000 {
+                    spend_tx.send(0).unwrap();
+                }
+                let gave_way = std::future::poll_fn(|cx| {
+                    while spend_rx.poll_recv(cx).is_ready() {}
+                    // Budget spent: this must return, whatever it returns.
+                    Poll::Ready(reader.poll_fresh(cx).is_pending())
+                })
+                .await;
+                assert!(gave_way, "with no budget left the channel cannot be read");
+                // With a fresh budget, the item is there, then the stream's response.
+                assert!(matches!(
+                    reader.next_event().await,
+                    Event::Notification { .. }
+                ));
+                go.send(()).unwrap();
+                assert!(matches!(
+                    reader.next_event().await,
+                    Event::Response { id: 5, .. }
+                ));
+            });
+            done_tx.send(()).unwrap();
+        });
+        done_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a read with no budget left spun instead of giving way");
     }
 
     #[tokio::test]
