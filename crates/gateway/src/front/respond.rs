@@ -67,8 +67,8 @@ pub fn sse_event(msg: &impl serde::Serialize) -> Bytes {
     Bytes::from(buf)
 }
 
-fn sse_frame(msg: &Value) -> Result<Frame<Bytes>, Infallible> {
-    Ok(Frame::data(sse_event(msg)))
+fn sse_frame(event: Bytes) -> Result<Frame<Bytes>, Infallible> {
+    Ok(Frame::data(event))
 }
 
 /// A `200 text/event-stream` response around `body`, neither cached nor buffered by proxies.
@@ -225,10 +225,10 @@ where
     };
     let stream = futures_util::stream::unfold(state, |mut st| async move {
         if let Some(f) = st.first.take() {
-            return Some((sse_frame(&f), st));
+            return Some((sse_frame(sse_event(&f)), st));
         }
         if let Some(n) = st.rx.recv().await {
-            return Some((sse_frame(&n), st));
+            return Some((sse_frame(sse_event(&n)), st));
         }
         let task = st.task.take()?;
         let outcome = task.await.unwrap_or_else(|_| Err(join_failure()));
@@ -238,8 +238,7 @@ where
                 None => done(&outcome),
             }
         }
-        let frame: Result<Frame<Bytes>, Infallible> =
-            Ok(Frame::data(final_event(&st.id, &outcome)));
+        let frame = sse_frame(final_event(&st.id, &outcome));
         Some((frame, st))
     });
     sse_response(BodyExt::boxed_unsync(StreamBody::new(stream)))

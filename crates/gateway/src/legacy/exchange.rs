@@ -398,6 +398,11 @@ mod tests {
         assert!(matches!(reader.next_event().await, Event::Closed));
     }
 
+    /// A notification from the server, on its own stream.
+    fn notice(method: &str) -> Inbound {
+        Inbound::Message(StreamTag::Get, json!({"jsonrpc": "2.0", "method": method}))
+    }
+
     /// A response stream that delivers `id`'s response once `go` fires, then its end.
     fn gated_stream(
         tx: &mpsc::Sender<Inbound>,
@@ -426,12 +431,7 @@ mod tests {
         let mut reader = Reader::new(rx);
         let (go, gate) = tokio::sync::oneshot::channel();
         tx.send(gated_stream(&tx, 7, gate)).await.unwrap();
-        tx.send(Inbound::Message(
-            StreamTag::Get,
-            json!({"jsonrpc": "2.0", "method": "notifications/x"}),
-        ))
-        .await
-        .unwrap();
+        tx.send(notice("notifications/x")).await.unwrap();
         // What was queued behind the stream comes first; the stream is adopted, not given.
         assert!(matches!(
             reader.next_event().await,
@@ -477,12 +477,7 @@ mod tests {
                         .await;
                 assert!(adopted && reader.streams.len() == 1);
                 // An item waits on the channel while the stream stays open.
-                tx.send(Inbound::Message(
-                    StreamTag::Get,
-                    json!({"jsonrpc": "2.0", "method": "notifications/x"}),
-                ))
-                .await
-                .unwrap();
+                tx.send(notice("notifications/x")).await.unwrap();
                 // Something to spend the budget on.
                 let (spend_tx, mut spend_rx) = mpsc::unbounded_channel::<u8>();
                 for _ in 0..1_000 {
@@ -517,10 +512,7 @@ mod tests {
     async fn a_pump_keeps_what_it_reads_for_the_next_reader_and_loses_nothing_when_stopped() {
         let (tx, rx) = mpsc::channel(4);
         let mut reader = Reader::new(rx);
-        reader.backlog.push_back(Inbound::Message(
-            StreamTag::Get,
-            json!({"jsonrpc": "2.0", "method": "notifications/kept"}),
-        ));
+        reader.backlog.push_back(notice("notifications/kept"));
         let (go, gate) = tokio::sync::oneshot::channel();
         tx.send(gated_stream(&tx, 3, gate)).await.unwrap();
         // Stopped while the stream has nothing: the pending read is dropped, nothing lost.

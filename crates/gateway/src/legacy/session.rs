@@ -55,8 +55,11 @@ pub enum Inbound {
 /// A session's closing, under way (see [`LegacySession::close`]).
 pub type Closing = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// The reading of one response stream, as a future that delivers onto the session's channel.
-pub struct CallStream(Pin<Box<dyn Future<Output = ()> + Send + Sync>>);
+/// The reading of one response stream: a future that delivers onto the session's channel.
+pub type Reading = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
+
+/// A response stream's reading, handed over to be polled by the session's reader.
+pub struct CallStream(Reading);
 
 impl CallStream {
     pub fn new(reading: impl Future<Output = ()> + Send + Sync + 'static) -> CallStream {
@@ -69,7 +72,7 @@ impl CallStream {
     }
 
     /// The reading, to go on in a task of its own.
-    pub fn into_future(self) -> Pin<Box<dyn Future<Output = ()> + Send + Sync>> {
+    pub fn into_future(self) -> Reading {
         self.0
     }
 }

@@ -15,7 +15,6 @@
 //! resumes streams the server only disconnected (SSE polling) and fails fast on stateless
 //! servers (see `http_stream`).
 
-use std::future::Future;
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -29,7 +28,7 @@ use super::handshake::{self, initialize_params};
 use super::http::{HttpError, UpstreamHttp, UpstreamLimits, is_sse, post_headers, read_body};
 use super::http_stream::StreamContext;
 use super::session::{
-    CallStream, Inbound, SESSION_HEADER, SessionError, StreamTag, VERSION_HEADER,
+    CallStream, Inbound, Reading, SESSION_HEADER, SessionError, StreamTag, VERSION_HEADER,
 };
 use super::wire::{excerpt, messages_of, to_bytes};
 use mrtr_wire::jsonrpc;
@@ -181,7 +180,7 @@ impl HttpSession {
         self.spawn(Box::pin(self.stream_context().run(tag, resp, sse)));
     }
 
-    fn spawn(&mut self, reading: std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>) {
+    fn spawn(&mut self, reading: Reading) {
         // Readers of finished streams have ended: keep the list as long as the live ones.
         self.readers.retain(|r| !r.is_finished());
         self.readers
