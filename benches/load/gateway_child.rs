@@ -95,6 +95,10 @@ fn random_secret() -> String {
     base64::engine::general_purpose::STANDARD.encode(key)
 }
 
+/// Retries one run may claim (`single_use.max_entries` and its per-caller share): a
+/// million, about 150 MB at most.
+const SINGLE_USE_CLAIMS: u64 = 1_000_000;
+
 fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions) -> String {
     let tracing = o
         .otlp_endpoint
@@ -111,7 +115,8 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
          [log]\nlevel = \"{log_level}\"\n\
          [admin]\naddr = \"127.0.0.1:{admin_port}\"\n\
          [drain]\nreadiness_delay = \"0s\"\ndeadline = \"2s\"\n\
-         [quotas]\nnewcomer_reserve = {reserve}\n",
+         [quotas]\nnewcomer_reserve = {reserve}\n\
+         [single_use]\nmax_entries = {claims}\nmax_entries_per_principal = {claims}\n",
         max = o.max_concurrent_requests,
         idle = o.upstream_idle_timeout,
         secret = random_secret(),
@@ -123,6 +128,10 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
         ttl = o.parking_ttl,
         log_level = o.log_level,
         reserve = o.newcomer_reserve,
+        // Every client of a run is one caller, and a retry's claim is held until its state
+        // expires (`state.ttl` above): at the flow's rate the default share (25,000) fills
+        // within seconds and the rest of the run measures refusals. Room for a whole run.
+        claims = SINGLE_USE_CLAIMS,
     );
     text.push_str(&tracing);
     if o.forward_credentials {

@@ -98,66 +98,111 @@ async fn different_capability_sets_get_different_sessions() {
     env.stop().await;
 }
 
+/// `pool.idle_read_after` settings that put the next call's checkout on each path: the idle
+/// session read by a task from the start ("0s"), by default, and still resting unread when the
+/// next call takes it ("1s"), so the checkout itself handles what arrived.
+const IDLE_READING: [&str; 3] = [
+    "[pool]\nidle_read_after = \"0s\"\n",
+    "",
+    "[pool]\nidle_read_after = \"1s\"\n",
+];
+
+async fn pool_env(pool: &str) -> Env {
+    env_with(LegacyServerConfig::default(), handlers(), "", pool).await
+}
+
 #[tokio::test]
 async fn a_server_request_arriving_while_idle_discards_the_session() {
-    let env = env(handlers()).await;
-    let sid = call(&env, "whoami").await;
-    // The legacy server asks something out of the blue on the idle session's GET stream.
-    let ask = tokio::time::timeout(
-        Duration::from_secs(5),
-        env.legacy
-            .request_on_get_stream(&sid, "roots/list", json!({})),
-    );
-    let next_call = async {
-        assert!(
+    for pool in IDLE_READING {
+        let env = pool_env(pool).await;
+        let sid = call(&env, "whoami").await;
+        // The legacy server asks something out of the blue on the idle session's GET stream.
+        let ask = tokio::time::timeout(
+            Duration::from_secs(5),
             env.legacy
-                .stats()
-                .wait_until(
-                    |s| s.sent_requests().iter().any(|r| r.method == "roots/list"),
-                    Duration::from_secs(3)
-                )
-                .await
+                .request_on_get_stream(&sid, "roots/list", json!({})),
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        call(&env, "whoami").await
-    };
-    let (asked, next) = tokio::join!(ask, next_call);
-    assert_ne!(
-        next, sid,
-        "the session with an unowned request was not reused"
-    );
-    assert_metric!(
-        &env.gw,
-        "pool_discards_total",
-        &[("reason", "unattributed_request")],
-        1.0
-    );
-    // Nobody answered it: the session was closed instead.
-    assert!(matches!(asked, Ok(Err(_))), "{asked:?}");
-    env.stop().await;
+        let next_call = async {
+            assert!(
+                env.legacy
+                    .stats()
+                    .wait_until(
+                        |s| s.sent_requests().iter().any(|r| r.method == "roots/list"),
+                        Duration::from_secs(3)
+                    )
+                    .await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            call(&env, "whoami").await
+        };
+        let (asked, next) = tokio::join!(ask, next_call);
+        assert_ne!(
+            next, sid,
+            "{pool}: the session with an unowned request was not reused"
+        );
+        assert_metric!(
+            &env.gw,
+            "pool_discards_total",
+            &[("reason", "unattributed_request")],
+            1.0
+        );
+        // Nobody answered it: the session was closed instead.
+        assert!(matches!(asked, Ok(Err(_))), "{pool}: {asked:?}");
+        env.stop().await;
+    }
 }
 
 /// A `ping` is the one request an idle session can answer by itself: the server's keep-alive
-/// must not cost the session its place in the pool.
+/// must not cost the session its place in the pool. A session resting unread is read by a
+/// task after `pool.idle_read_after`, so its ping is answered then.
 #[tokio::test]
 async fn a_ping_while_idle_is_answered_and_the_session_stays_warm() {
-    let env = env(handlers()).await;
+    for pool in IDLE_READING {
+        let env = pool_env(pool).await;
+        let sid = call(&env, "whoami").await;
+        let answered = tokio::time::timeout(
+            Duration::from_secs(5),
+            env.legacy.request_on_get_stream(&sid, "ping", json!({})),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{pool}: the ping was not answered in time"));
+        assert_eq!(answered.unwrap(), json!({}), "{pool}");
+        assert_eq!(
+            call(&env, "whoami").await,
+            sid,
+            "{pool}: the same warm session"
+        );
+        assert_metric!(&env.gw, "pool_checkouts_total", &[("result", "hit")], 1.0);
+        assert_metric!(
+            &env.gw,
+            "pool_discards_total",
+            &[("reason", "unattributed_request")],
+            0.0
+        );
+        env.stop().await;
+    }
+}
+
+/// A ping that arrives while the session rests, and a call that takes the session before any
+/// task reads it: the ping is answered then, and does not cost the session its place.
+#[tokio::test]
+async fn a_ping_to_a_resting_session_is_answered_when_a_call_takes_it() {
+    let env = pool_env("[pool]\nidle_read_after = \"1s\"\n").await;
     let sid = call(&env, "whoami").await;
-    let answered = tokio::time::timeout(
-        Duration::from_secs(5),
-        env.legacy.request_on_get_stream(&sid, "ping", json!({})),
-    )
-    .await
-    .expect("the ping was answered in time");
+    let started = std::time::Instant::now();
+    let ping = env.legacy.request_on_get_stream(&sid, "ping", json!({}));
+    let next_call = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        call(&env, "whoami").await
+    };
+    let (answered, next) = tokio::join!(ping, next_call);
     assert_eq!(answered.unwrap(), json!({}));
-    assert_eq!(call(&env, "whoami").await, sid, "the same warm session");
-    assert_metric!(&env.gw, "pool_checkouts_total", &[("result", "hit")], 1.0);
-    assert_metric!(
-        &env.gw,
-        "pool_discards_total",
-        &[("reason", "unattributed_request")],
-        0.0
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "answered when the call took the session, not after idle_read_after: {:?}",
+        started.elapsed()
     );
+    assert_eq!(next, sid, "the same warm session");
     env.stop().await;
 }
 

@@ -99,7 +99,7 @@ impl Gateway {
         );
         let pool = Arc::new(SessionPool::new(
             metrics.pool(),
-            config.pool.idle_timeout,
+            &config.pool,
             Some(long_lived.relay_handle()),
         ));
         if let Ok(rt) = tokio::runtime::Handle::try_current() {

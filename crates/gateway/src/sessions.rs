@@ -82,7 +82,7 @@ impl Sessions {
             // `pool.roots_refresh_probes` waits of `pool.roots_refresh_wait`).
             self.pool.roots_memory().reset();
         }
-        self.pool.set_idle_timeout(pool.idle_timeout);
+        self.pool.set_timings(pool);
     }
 
     /// Opens a legacy session declaring what `declared` allows, in the shape of the legacy

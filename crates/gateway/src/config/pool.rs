@@ -25,6 +25,9 @@ pub struct PoolConfig {
     /// `max_idle`. The pool evicts rather than refuses, so the newcomers' reserve is not used.
     pub idle_share: FairShare,
     pub idle_timeout: Duration,
+    /// How long a session given back may sit unread before a task reads it (answering the
+    /// server's `ping`s, relaying its notifications). Zero: read at once.
+    pub idle_read_after: Duration,
     /// Sessions opened into the pool at start (`pool.warm_up`), declaring `warm_up_declared`.
     pub warm_up: usize,
     pub warm_up_declared: mrtr_wire::capabilities::Declared,
@@ -65,6 +68,16 @@ pub(super) fn pool_config(raw: &RawPool, fractions: Fractions) -> Result<PoolCon
         max_idle,
         idle_share,
         idle_timeout: nonzero_duration("pool.idle_timeout", &raw.idle_timeout)?,
+        idle_read_after: {
+            let d = duration("pool.idle_read_after", &raw.idle_read_after)?;
+            if d > Duration::from_secs(1) {
+                return Err(ConfigError::new(
+                    "pool.idle_read_after",
+                    "must be between \"0s\" and \"1s\"",
+                ));
+            }
+            d
+        },
         warm_up: usize::try_from(raw.warm_up).unwrap_or(usize::MAX),
         warm_up_declared: warm_up_declared(&raw.warm_up_capabilities)?,
         roots_refresh_wait: {

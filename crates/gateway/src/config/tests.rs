@@ -461,6 +461,23 @@ fn roots_refresh_keys_have_defaults_bounds_and_environment_overrides() {
 }
 
 #[test]
+fn idle_read_after_has_a_default_and_bounds() {
+    let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+    assert_eq!(c.pool.idle_read_after, Duration::from_millis(25));
+    let c = Config::from_toml_str(
+        &format!("[pool]\nidle_read_after = \"0s\"\n{}", minimal()),
+        &[],
+        None,
+    )
+    .unwrap();
+    assert!(c.pool.idle_read_after.is_zero(), "0s: read at once");
+    for body in ["idle_read_after = \"2s\"", "idle_read_after = \"later\""] {
+        let e = err_of(&format!("[pool]\n{body}\n{}", minimal()));
+        assert_eq!(e.key, "pool.idle_read_after", "{body}: {e}");
+    }
+}
+
+#[test]
 fn secrets_accept_both_alphabets() {
     assert!(decode_secret(KEY).is_ok());
     assert!(decode_secret(KEY.trim_end_matches('=')).is_ok());

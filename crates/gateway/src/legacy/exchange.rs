@@ -178,12 +178,32 @@ impl Reader {
 
     /// Whether an item is ready to be read without waiting (what the adopted streams have
     /// already received counts).
+    ///
+    /// What is ready moves to the backlog, in order, and streams waiting on the channel are
+    /// adopted: so `true` means the next read returns at once. A closed channel is not ready
+    /// (the reader learns it at its next read).
     pub fn has_ready(&mut self) -> bool {
-        if !self.backlog.is_empty() || !self.inbound.is_empty() {
+        if !self.backlog.is_empty() {
             return true;
         }
-        // A look, not a wait: the next real read registers for wake-ups again.
-        self.read_streams(&mut Context::from_waker(Waker::noop()))
+        let mut streams_read = false;
+        loop {
+            match self.inbound.try_recv() {
+                Ok(Inbound::Stream(stream)) => self.streams.push(stream),
+                Ok(item) => {
+                    self.backlog.push_back(item);
+                    return true;
+                }
+                Err(_) if streams_read => return false,
+                Err(_) => {
+                    // A look, not a wait: the next real read registers for wake-ups again.
+                    streams_read = true;
+                    if !self.read_streams(&mut Context::from_waker(Waker::noop())) {
+                        return false;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -227,16 +247,37 @@ impl Exchange {
     /// skipped.
     pub async fn next(&mut self) -> Event {
         loop {
-            match self.reader.next_event().await {
-                Event::Request(msg) if self.answered_ping(&msg).await => {}
-                Event::Invalid(msg) => {
-                    tracing::warn!(
-                        message = %super::wire::excerpt(&msg.to_string(), 200),
-                        "ignoring a message from the legacy server that is not a JSON-RPC message of ours"
-                    );
-                }
-                event => return event,
+            let event = self.reader.next_event().await;
+            if let Some(event) = self.screened(event).await {
+                return event;
             }
+        }
+    }
+
+    /// Like [`Exchange::next`], without waiting: `None` once nothing more has arrived.
+    pub async fn next_ready(&mut self) -> Option<Event> {
+        while self.reader.has_ready() {
+            let event = self.reader.next_event().await;
+            if let Some(event) = self.screened(event).await {
+                return Some(event);
+            }
+        }
+        None
+    }
+
+    /// `event`, unless it is a `ping` (answered here) or not a JSON-RPC message of ours
+    /// (logged and skipped).
+    async fn screened(&mut self, event: Event) -> Option<Event> {
+        match event {
+            Event::Request(msg) if self.answered_ping(&msg).await => None,
+            Event::Invalid(msg) => {
+                tracing::warn!(
+                    message = %super::wire::excerpt(&msg.to_string(), 200),
+                    "ignoring a message from the legacy server that is not a JSON-RPC message of ours"
+                );
+                None
+            }
+            event => Some(event),
         }
     }
 
@@ -454,6 +495,36 @@ mod tests {
         ));
         assert!(reader.streams.is_empty(), "an ended stream is let go");
         drop(tx);
+        assert!(matches!(reader.next_event().await, Event::Closed));
+    }
+
+    /// `has_ready` promises that the next read returns at once: a stream handed over and not
+    /// adopted yet is not something to read, and a closed channel is learned by reading.
+    #[tokio::test]
+    async fn a_look_adopts_streams_on_the_channel_and_counts_only_what_can_be_read() {
+        let (tx, rx) = mpsc::channel(4);
+        let mut reader = Reader::new(rx);
+        let (go, gate) = tokio::sync::oneshot::channel();
+        tx.send(gated_stream(&tx, 8, gate)).await.unwrap();
+        assert!(
+            !reader.has_ready(),
+            "only a stream with nothing received waits on the channel"
+        );
+        assert_eq!(reader.streams.len(), 1, "the look adopted it");
+        go.send(()).unwrap();
+        assert!(reader.has_ready());
+        let next = tokio::time::timeout(Duration::from_millis(100), reader.next_event()).await;
+        assert!(
+            matches!(next, Ok(Event::Response { id: 8, .. })),
+            "{next:?}"
+        );
+        assert!(reader.has_ready(), "the stream's end came with it");
+        assert!(matches!(
+            reader.next_event().await,
+            Event::CallEnded { id: 8, .. }
+        ));
+        drop(tx);
+        assert!(!reader.has_ready(), "a closed channel is not an item");
         assert!(matches!(reader.next_event().await, Event::Closed));
     }
 

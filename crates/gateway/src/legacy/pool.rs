@@ -11,8 +11,16 @@
 //!
 //! A session is not returned after anything unusual (the engine abandons it instead: cancel,
 //! timeout, error, parking). While a session sits idle its exchange answers the server's
-//! `ping`s; any other server request (no call can own it) or a stream that ended discards the
-//! session at checkout. Bounds:
+//! `ping`s and relays its session-wide notifications; any other server request (no call can
+//! own it) or a stream that ended discards the session at checkout.
+//!
+//! Who reads an idle session: under load a session given back is taken again within a
+//! moment, so a task per idle spell (spawned at check-in, stopped and joined at checkout)
+//! cost every call two task switches for nothing. A session given back *rests* unread; the
+//! checkout handles what arrived meanwhile, in order, before the call uses it. One that rests
+//! longer than `pool.idle_read_after` gets a task that reads it until it is taken
+//! ([`SessionPool::run_sweeper`] starts them), so a quiet session still answers its server's
+//! `ping`s and relays its notifications promptly. Bounds:
 //! `pool.max_idle_per_key`, `pool.max_idle`, `pool.idle_timeout`, and each caller scope's
 //! share of `max_idle` over all its capability sets (`pool.max_idle_per_principal`, unset a
 //! quarter of `max_idle`; [`crate::fair_share`]). The pool evicts rather than refuses: a
@@ -85,18 +93,72 @@ impl Lease {
 struct Idle {
     roots_asked: bool,
     since: Instant,
-    stop: CancellationToken,
-    /// Watches the session while it is idle (answering the server's `ping`s); hands it back,
-    /// with why it became unusable, if it did.
-    watcher: tokio::task::JoinHandle<(Exchange, Option<&'static str>)>,
+    /// Whom the session works for, for its notifications.
+    scope: CallerScope,
+    reading: Reading,
+}
+
+/// Who reads an idle session.
+enum Reading {
+    /// Nobody yet: whoever takes it reads what arrived meanwhile.
+    Resting(Box<Exchange>),
+    /// A task of its own, which hands the session back (with why it became unusable, if it
+    /// did) when stopped.
+    Watched {
+        stop: CancellationToken,
+        watcher: tokio::task::JoinHandle<(Exchange, Option<&'static str>)>,
+    },
 }
 
 impl Idle {
-    /// Stops the watch and ends the session.
+    /// Stops the reading and ends the session.
     async fn close(self) {
-        self.stop.cancel();
-        if let Ok((exchange, _)) = self.watcher.await {
-            exchange.close().await;
+        match self.reading {
+            Reading::Resting(exchange) => exchange.close().await,
+            Reading::Watched { stop, watcher } => {
+                stop.cancel();
+                if let Ok((exchange, _)) = watcher.await {
+                    exchange.close().await;
+                }
+            }
+        }
+    }
+
+    /// Gives a resting session a task that reads it.
+    fn watch(self, relay: Option<&Arc<NotificationRelay>>) -> Idle {
+        let Reading::Resting(exchange) = self.reading else {
+            return self;
+        };
+        let stop = CancellationToken::new();
+        let relay = relay.map(|r| (r.clone(), self.scope.clone()));
+        let watcher = tokio::spawn(watch(*exchange, stop.clone(), relay));
+        Idle {
+            reading: Reading::Watched { stop, watcher },
+            ..self
+        }
+    }
+
+    /// The session back out of the pool, with why it became unusable, if it did: a resting
+    /// session's arrivals are handled now; a watched one's task is stopped. `None`: the watch
+    /// failed, and its session ended with it.
+    async fn take(
+        self,
+        relay: Option<&Arc<NotificationRelay>>,
+    ) -> Option<(Exchange, Option<&'static str>)> {
+        match self.reading {
+            Reading::Resting(mut exchange) => {
+                let relay = relay.map(|r| (r, &self.scope));
+                while let Some(event) = exchange.next_ready().await {
+                    if let Some(reason) = on_idle_event(event, relay) {
+                        return Some((*exchange, Some(reason)));
+                    }
+                }
+                Some((*exchange, None))
+            }
+            Reading::Watched { stop, watcher } => {
+                stop.cancel();
+                watcher.await.ok()
+            }
         }
     }
 }
@@ -116,22 +178,36 @@ async fn watch(
             _ = stop.cancelled() => return (exchange, None),
             event = exchange.next() => event,
         };
-        match event {
-            // `ping` never gets here (the exchange answers it, so a server's keep-alive does
-            // not cost the session). Anything else nobody can answer now, and it may block the
-            // server: start fresh later.
-            Event::Request(_) => return (exchange, Some("unattributed_request")),
-            Event::Notification { method, msg } => {
-                if is_session_wide(&method)
-                    && let Some((relay, scope)) = &relay
-                {
-                    relay.publish(scope, &msg);
-                }
-            }
-            Event::StreamEnded { .. } | Event::Closed => return (exchange, Some("stream_ended")),
-            // Late leftovers of the call that just finished.
-            Event::Response { .. } | Event::CallEnded { .. } | Event::Invalid(_) => {}
+        let relay = relay.as_ref().map(|(r, scope)| (r, scope));
+        if let Some(reason) = on_idle_event(event, relay) {
+            return (exchange, Some(reason));
         }
+    }
+}
+
+/// What an event read from an idle session does: a session-wide notification goes to the
+/// listen streams of the session's caller; a request or the end of the server's stream makes
+/// the session unusable (returned: why).
+fn on_idle_event(
+    event: Event,
+    relay: Option<(&Arc<NotificationRelay>, &CallerScope)>,
+) -> Option<&'static str> {
+    match event {
+        // `ping` never gets here (the exchange answers it, so a server's keep-alive does not
+        // cost the session). Anything else nobody can answer now, and it may block the
+        // server: start fresh later.
+        Event::Request(_) => Some("unattributed_request"),
+        Event::Notification { method, msg } => {
+            if is_session_wide(&method)
+                && let Some((relay, scope)) = relay
+            {
+                relay.publish(scope, &msg);
+            }
+            None
+        }
+        Event::StreamEnded { .. } | Event::Closed => Some("stream_ended"),
+        // Late leftovers of the call that just finished.
+        Event::Response { .. } | Event::CallEnded { .. } | Event::Invalid(_) => None,
     }
 }
 
@@ -160,12 +236,20 @@ pub struct SessionPool {
     roots_memory: RootsRefreshMemory,
     /// `pool.idle_timeout` in milliseconds, for the sweeper (updated on reload).
     idle_timeout_ms: std::sync::atomic::AtomicU64,
+    /// `pool.idle_read_after` in microseconds (updated on reload).
+    read_after_us: std::sync::atomic::AtomicU64,
+    /// Wakes the task that starts reading rested sessions: when a session starts resting
+    /// while it waits for one (`rest_awaited`), or when a reload changes the wait.
+    resting: tokio::sync::Notify,
+    /// The task has no resting session to wait on: the next one to rest must wake it. Set
+    /// before it looks, so a session that starts resting meanwhile is never missed.
+    rest_awaited: std::sync::atomic::AtomicBool,
 }
 
 impl SessionPool {
     pub fn new(
         metrics: Arc<PoolMetrics>,
-        idle_timeout: Duration,
+        cfg: &PoolConfig,
         relay: Option<Arc<NotificationRelay>>,
     ) -> SessionPool {
         SessionPool {
@@ -174,7 +258,10 @@ impl SessionPool {
             metrics,
             relay,
             roots_memory: RootsRefreshMemory::default(),
-            idle_timeout_ms: std::sync::atomic::AtomicU64::new(idle_timeout.as_millis() as u64),
+            idle_timeout_ms: std::sync::atomic::AtomicU64::new(cfg.idle_timeout.as_millis() as u64),
+            read_after_us: std::sync::atomic::AtomicU64::new(cfg.idle_read_after.as_micros() as u64),
+            resting: tokio::sync::Notify::new(),
+            rest_awaited: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -183,28 +270,100 @@ impl SessionPool {
         &self.roots_memory
     }
 
-    pub fn set_idle_timeout(&self, d: Duration) {
+    /// A reload's `[pool]` timings.
+    pub fn set_timings(&self, cfg: &PoolConfig) {
+        use std::sync::atomic::Ordering::Relaxed;
         self.idle_timeout_ms
-            .store(d.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+            .store(cfg.idle_timeout.as_millis() as u64, Relaxed);
+        self.read_after_us
+            .store(cfg.idle_read_after.as_micros() as u64, Relaxed);
+        // A shorter wait applies to the sessions resting now.
+        self.resting.notify_one();
     }
 
-    /// Sweeps idle sessions every second until `shutdown`, then closes them all.
+    fn read_after(&self) -> Duration {
+        Duration::from_micros(
+            self.read_after_us
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    /// Sweeps idle sessions every second, and starts reading the sessions that rested
+    /// `pool.idle_read_after`, until `shutdown`; then closes them all.
     pub async fn run_sweeper(
         self: std::sync::Arc<Self>,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let watching = self.clone().watch_rested();
+        tokio::pin!(watching);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => {
                     self.clear().await;
                     return;
                 }
+                _ = &mut watching => {}
                 _ = tick.tick() => {
                     let ms = self.idle_timeout_ms.load(std::sync::atomic::Ordering::Relaxed);
                     self.sweep(Duration::from_millis(ms)).await;
                 }
             }
+        }
+    }
+
+    /// Gives each session that has rested `pool.idle_read_after` a task that reads it. Sleeps
+    /// until the oldest resting session is due, or until one starts resting; never returns.
+    async fn watch_rested(self: Arc<Self>) {
+        use std::sync::atomic::Ordering::SeqCst;
+        loop {
+            self.rest_awaited.store(true, SeqCst);
+            let oldest = self
+                .lock()
+                .values()
+                .flatten()
+                .filter(|i| matches!(i.reading, Reading::Resting(_)))
+                .map(|i| i.since)
+                .min();
+            match oldest {
+                None => self.resting.notified().await,
+                Some(since) => {
+                    // Sessions given back meanwhile are due later: no need to wake for them.
+                    self.rest_awaited.store(false, SeqCst);
+                    let due = since + self.read_after();
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(due.into()) => {}
+                        // A reload may have shortened the wait.
+                        _ = self.resting.notified() => {}
+                    }
+                    self.watch_due();
+                }
+            }
+        }
+    }
+
+    /// Starts reading every session that has rested `pool.idle_read_after`.
+    fn watch_due(&self) {
+        let after = self.read_after();
+        let relay = self.relay.as_ref();
+        let mut map = self.lock();
+        for list in map.values_mut() {
+            if !list
+                .iter()
+                .any(|i| matches!(i.reading, Reading::Resting(_)) && i.since.elapsed() >= after)
+            {
+                continue;
+            }
+            *list = std::mem::take(list)
+                .into_iter()
+                .map(|i| {
+                    if i.since.elapsed() >= after {
+                        i.watch(relay)
+                    } else {
+                        i
+                    }
+                })
+                .collect();
         }
     }
 
@@ -285,13 +444,13 @@ impl SessionPool {
                 self.missed(key);
                 return None;
             };
-            idle.stop.cancel();
-            let Ok((exchange, watched)) = idle.watcher.await else {
-                // The watch failed; its session ended with it.
+            let since = idle.since;
+            let roots_asked = idle.roots_asked;
+            let Some((exchange, watched)) = idle.take(self.relay.as_ref()).await else {
                 self.metrics.discarded("unhealthy");
                 continue;
             };
-            let reason = if idle.since.elapsed() >= cfg.idle_timeout {
+            let reason = if since.elapsed() >= cfg.idle_timeout {
                 Some("idle_timeout")
             } else if !exchange.session().is_healthy() {
                 Some("unhealthy")
@@ -303,7 +462,7 @@ impl SessionPool {
                     self.metrics.checkout_hit();
                     return Some(Lease {
                         exchange,
-                        roots_asked: idle.roots_asked,
+                        roots_asked,
                     });
                 }
                 Some(r) => {
@@ -342,7 +501,7 @@ impl SessionPool {
         exchange.close().await;
     }
 
-    /// Keeps `exchange` idle under `key`, watched until it is checked out, making room first:
+    /// Keeps `exchange` idle under `key` until it is checked out, making room first:
     /// the caller's own least recently used session goes when the caller holds its share,
     /// anyone's when the pool is full (returned, to be closed with its discard reason outside
     /// the lock). The session comes back with why when it cannot be kept.
@@ -369,16 +528,26 @@ impl SessionPool {
         if evicted.is_none() && Self::total(&map) >= cfg.max_idle {
             return Err(("pool_full", Box::new(exchange)));
         }
-        let stop = CancellationToken::new();
-        let relay = self.relay.clone().map(|r| (r, key.scope.clone()));
-        let watcher = tokio::spawn(watch(exchange, stop.clone(), relay));
-        map.entry(key).or_default().push(Idle {
+        let idle = Idle {
             roots_asked,
             since: Instant::now(),
-            stop,
-            watcher,
-        });
+            scope: key.scope.clone(),
+            reading: Reading::Resting(Box::new(exchange)),
+        };
+        let idle = if cfg.idle_read_after.is_zero() {
+            idle.watch(self.relay.as_ref())
+        } else {
+            idle
+        };
+        map.entry(key).or_default().push(idle);
         self.metrics.idle_now(Self::total(&map));
+        drop(map);
+        if self
+            .rest_awaited
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.resting.notify_one();
+        }
         Ok(evicted)
     }
 
