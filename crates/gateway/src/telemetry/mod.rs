@@ -2,23 +2,24 @@
 //! when `[tracing] otlp_endpoint` is set, OpenTelemetry trace export ([`otlp_export`]) of the
 //! spans [`spans`] marks for it.
 //!
-//! Lines are written off the request path: a request formats its line and hands it to a
-//! channel; one background thread writes the channel to stderr. Nothing waits on stderr or on
-//! a lock around it unless the channel is full (then the writer blocks rather than drop a
-//! line: an access log with holes is worse than a slow one). The writer flushes what is left
-//! when [`Logging`] is dropped, at the end of `main`.
+//! Lines are written off the request path ([`line_writer`]): a request formats its line and
+//! appends it to a buffer; one background thread, woken only when lines start coming again,
+//! writes the buffer to stderr in batches. Nothing waits on stderr unless the buffer is full
+//! (then the request waits rather than drop a line: an access log with holes is worse than a
+//! slow one). The writer writes what is left when [`Logging`] is dropped, at the end of
+//! `main`.
 //!
 //! The two outputs have filters of their own: `log.level` (and `RUST_LOG`) decides which lines
 //! are written, never which spans are exported, and the exporter sees only the spans that
 //! declare an `otel.kind` (the request span and its legacy call), never an event — so no log
 //! line, with whatever it carries, becomes part of a trace.
 
+mod line_writer;
 mod lines;
 mod otlp_client;
 pub mod otlp_export;
 pub mod spans;
 
-use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::filter::{FilterExt, filter_fn};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -37,15 +38,16 @@ pub enum LogFormat {
 /// Changes the log filter at run time (config reload).
 pub type LevelHandle = reload::Handle<EnvFilter, tracing_subscriber::Registry>;
 
-/// Lines the writer holds before a logging request waits for it.
-const BUFFERED_LINES: usize = 64 * 1024;
+/// Bytes of lines the writer holds before a logging request waits for it (about 30,000
+/// access lines).
+const BUFFERED_BYTES: usize = 8 << 20;
 
 /// The installed logger: the level handle (`None` when a logger was already installed), the
 /// background writer, which flushes when this is dropped, and the trace exporter, if any.
 pub struct Logging {
     pub level: Option<LevelHandle>,
     traces: Option<TraceExport>,
-    _writer: WorkerGuard,
+    _writer: line_writer::WriterGuard,
 }
 
 impl Logging {
@@ -69,11 +71,8 @@ pub fn init(level: &str, format: LogFormat, traces: Option<TraceExport>) -> Logg
         .and_then(|v| EnvFilter::try_new(v).ok())
         .unwrap_or_else(|| EnvFilter::new(level));
     let (filter, handle) = reload::Layer::new(filter);
-    let (writer, guard) = NonBlockingBuilder::default()
-        .lossy(false)
-        .buffered_lines_limit(BUFFERED_LINES)
-        .thread_name("mrtr-log-writer")
-        .finish(std::io::stderr());
+    let (writer, guard) = line_writer::spawn(std::io::stderr(), BUFFERED_BYTES, "mrtr-log-writer")
+        .expect("the log writer thread starts");
     // Lines are written from events alone (a line names its request from the request's
     // context, see `lines`), so this layer never keeps a span's fields.
     let lines: BoxedLayer = tracing_subscriber::fmt::layer()
