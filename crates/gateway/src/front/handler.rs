@@ -563,7 +563,8 @@ pub(super) fn upstream_headers(
     for name in ["traceparent", "tracestate", "baggage"] {
         let value = h.get(name).cloned().or_else(|| {
             params
-                .and_then(|p| p.pointer(&format!("/_meta/{name}")))
+                .and_then(|p| p.get("_meta"))
+                .and_then(|m| m.get(name))
                 .and_then(Value::as_str)
                 .and_then(|s| http::HeaderValue::from_str(s).ok())
         });

@@ -161,7 +161,8 @@ impl<'g> Run<'g> {
     fn offers(&self, method: &str) -> bool {
         required_server_capability(method).is_none_or(|cap| {
             self.init_result()
-                .pointer(&format!("/capabilities/{cap}"))
+                .get("capabilities")
+                .and_then(|c| c.get(cap))
                 .is_some()
         })
     }
