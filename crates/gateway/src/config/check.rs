@@ -26,6 +26,25 @@ pub(super) fn bounded_duration(
     Ok(d)
 }
 
+/// A duration from zero to `max`, inclusive.
+pub(super) fn duration_up_to(
+    key: &str,
+    text: &str,
+    max: Duration,
+) -> Result<Duration, ConfigError> {
+    let d = duration(key, text)?;
+    if d > max {
+        return Err(ConfigError::new(
+            key,
+            format!(
+                "must be between \"0s\" and \"{}\"",
+                humantime::format_duration(max)
+            ),
+        ));
+    }
+    Ok(d)
+}
+
 /// A count between `min` and `max`, inclusive.
 pub(super) fn in_range(key: &str, n: u64, min: u64, max: u64) -> Result<usize, ConfigError> {
     if n < min || n > max {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::check::{duration, in_range, nonzero_duration};
+use super::check::{duration_up_to, in_range, nonzero_duration};
 use super::{ConfigError, raw::RawPool};
 use crate::fair_share::{FairShare, Fractions};
 
@@ -68,28 +68,18 @@ pub(super) fn pool_config(raw: &RawPool, fractions: Fractions) -> Result<PoolCon
         max_idle,
         idle_share,
         idle_timeout: nonzero_duration("pool.idle_timeout", &raw.idle_timeout)?,
-        idle_read_after: {
-            let d = duration("pool.idle_read_after", &raw.idle_read_after)?;
-            if d > Duration::from_secs(1) {
-                return Err(ConfigError::new(
-                    "pool.idle_read_after",
-                    "must be between \"0s\" and \"1s\"",
-                ));
-            }
-            d
-        },
+        idle_read_after: duration_up_to(
+            "pool.idle_read_after",
+            &raw.idle_read_after,
+            Duration::from_secs(1),
+        )?,
         warm_up: usize::try_from(raw.warm_up).unwrap_or(usize::MAX),
         warm_up_declared: warm_up_declared(&raw.warm_up_capabilities)?,
-        roots_refresh_wait: {
-            let d = duration("pool.roots_refresh_wait", &raw.roots_refresh_wait)?;
-            if d > Duration::from_secs(60) {
-                return Err(ConfigError::new(
-                    "pool.roots_refresh_wait",
-                    "must be between \"0s\" and \"60s\"",
-                ));
-            }
-            d
-        },
+        roots_refresh_wait: duration_up_to(
+            "pool.roots_refresh_wait",
+            &raw.roots_refresh_wait,
+            Duration::from_secs(60),
+        )?,
         roots_refresh_probes: match raw.roots_refresh_probes {
             n @ 1..=1000 => n as u32,
             _ => {

@@ -93,8 +93,6 @@ impl Lease {
 struct Idle {
     roots_asked: bool,
     since: Instant,
-    /// Whom the session works for, for its notifications.
-    scope: CallerScope,
     reading: Reading,
 }
 
@@ -124,13 +122,14 @@ impl Idle {
         }
     }
 
-    /// Gives a resting session a task that reads it.
-    fn watch(self, relay: Option<&Arc<NotificationRelay>>) -> Idle {
+    /// Gives a resting session a task that reads it; its notifications go to `scope`'s
+    /// listen streams.
+    fn watch(self, relay: Option<&Arc<NotificationRelay>>, scope: &CallerScope) -> Idle {
         let Reading::Resting(exchange) = self.reading else {
             return self;
         };
         let stop = CancellationToken::new();
-        let relay = relay.map(|r| (r.clone(), self.scope.clone()));
+        let relay = relay.map(|r| (r.clone(), scope.clone()));
         let watcher = tokio::spawn(watch(*exchange, stop.clone(), relay));
         Idle {
             reading: Reading::Watched { stop, watcher },
@@ -144,10 +143,11 @@ impl Idle {
     async fn take(
         self,
         relay: Option<&Arc<NotificationRelay>>,
+        scope: &CallerScope,
     ) -> Option<(Exchange, Option<&'static str>)> {
         match self.reading {
             Reading::Resting(mut exchange) => {
-                let relay = relay.map(|r| (r, &self.scope));
+                let relay = relay.map(|r| (r, scope));
                 while let Some(event) = exchange.next_ready().await {
                     if let Some(reason) = on_idle_event(event, relay) {
                         return Some((*exchange, Some(reason)));
@@ -347,7 +347,7 @@ impl SessionPool {
         let after = self.read_after();
         let relay = self.relay.as_ref();
         let mut map = self.lock();
-        for list in map.values_mut() {
+        for (key, list) in map.iter_mut() {
             if !list
                 .iter()
                 .any(|i| matches!(i.reading, Reading::Resting(_)) && i.since.elapsed() >= after)
@@ -358,7 +358,7 @@ impl SessionPool {
                 .into_iter()
                 .map(|i| {
                     if i.since.elapsed() >= after {
-                        i.watch(relay)
+                        i.watch(relay, &key.scope)
                     } else {
                         i
                     }
@@ -446,7 +446,7 @@ impl SessionPool {
             };
             let since = idle.since;
             let roots_asked = idle.roots_asked;
-            let Some((exchange, watched)) = idle.take(self.relay.as_ref()).await else {
+            let Some((exchange, watched)) = idle.take(self.relay.as_ref(), &key.scope).await else {
                 self.metrics.discarded("unhealthy");
                 continue;
             };
@@ -531,11 +531,10 @@ impl SessionPool {
         let idle = Idle {
             roots_asked,
             since: Instant::now(),
-            scope: key.scope.clone(),
             reading: Reading::Resting(Box::new(exchange)),
         };
         let idle = if cfg.idle_read_after.is_zero() {
-            idle.watch(self.relay.as_ref())
+            idle.watch(self.relay.as_ref(), &key.scope)
         } else {
             idle
         };
