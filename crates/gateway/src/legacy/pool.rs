@@ -211,6 +211,147 @@ fn on_idle_event(
     }
 }
 
+/// The idle sessions by key, with the counts every check-in asks for (all of them, and each
+/// caller scope's) kept as sessions come and go, so no check-in walks every key under the
+/// lock. Every change goes through these methods, which keep the counts right.
+struct IdleSet<T = Idle> {
+    by_key: HashMap<PoolKey, Vec<T>>,
+    total: usize,
+    by_scope: HashMap<CallerScope, usize>,
+}
+
+/// What the set needs of an entry: when it was given back (for the least recently used).
+trait GivenBack {
+    fn since(&self) -> Instant;
+}
+
+impl GivenBack for Idle {
+    fn since(&self) -> Instant {
+        self.since
+    }
+}
+
+impl<T> Default for IdleSet<T> {
+    fn default() -> Self {
+        IdleSet {
+            by_key: HashMap::new(),
+            total: 0,
+            by_scope: HashMap::new(),
+        }
+    }
+}
+
+impl<T: GivenBack> IdleSet<T> {
+    fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Idle sessions working for `scope`, over all its capability sets.
+    fn held_by(&self, scope: &CallerScope) -> usize {
+        self.by_scope.get(scope).copied().unwrap_or(0)
+    }
+
+    fn contains_key(&self, key: &PoolKey) -> bool {
+        self.by_key.contains_key(key)
+    }
+
+    fn len_of(&self, key: &PoolKey) -> usize {
+        self.by_key.get(key).map_or(0, Vec::len)
+    }
+
+    fn push(&mut self, key: PoolKey, idle: T) {
+        *self.by_scope.entry(key.scope.clone()).or_default() += 1;
+        self.total += 1;
+        self.by_key.entry(key).or_default().push(idle);
+    }
+
+    /// Counts `n` sessions of `scope` gone.
+    fn forget(&mut self, scope: &CallerScope, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.total -= n;
+        if let Some(c) = self.by_scope.get_mut(scope) {
+            *c -= n;
+            if *c == 0 {
+                self.by_scope.remove(scope);
+            }
+        }
+    }
+
+    /// The session given back last under `key`.
+    fn pop(&mut self, key: &PoolKey) -> Option<T> {
+        let list = self.by_key.get_mut(key)?;
+        let idle = list.pop();
+        if list.is_empty() {
+            self.by_key.remove(key);
+        }
+        if idle.is_some() {
+            self.forget(&key.scope, 1);
+        }
+        idle
+    }
+
+    /// Takes the least recently given back idle session among the keys `which` accepts.
+    fn take_lru(&mut self, which: impl Fn(&PoolKey) -> bool) -> Option<T> {
+        let (key, i) = self
+            .by_key
+            .iter()
+            .filter(|(k, _)| which(k))
+            .flat_map(|(k, v)| v.iter().enumerate().map(move |(i, s)| (k, i, s.since())))
+            .min_by_key(|(_, _, since)| *since)
+            .map(|(k, i, _)| (k.clone(), i))?;
+        let list = self.by_key.get_mut(&key)?;
+        let victim = list.remove(i);
+        if list.is_empty() {
+            self.by_key.remove(&key);
+        }
+        self.forget(&key.scope, 1);
+        Some(victim)
+    }
+
+    /// Takes every session `expired` accepts; each key that lost some is passed to `lost`
+    /// with how many.
+    fn take_where(
+        &mut self,
+        expired: impl Fn(&T) -> bool,
+        mut lost: impl FnMut(&PoolKey, usize),
+    ) -> Vec<T> {
+        let mut out = Vec::new();
+        let mut gone: Vec<(CallerScope, usize)> = Vec::new();
+        for (key, list) in self.by_key.iter_mut() {
+            if !list.iter().any(&expired) {
+                continue;
+            }
+            let (old, keep): (Vec<T>, Vec<T>) =
+                std::mem::take(list).into_iter().partition(&expired);
+            *list = keep;
+            lost(key, old.len());
+            gone.push((key.scope.clone(), old.len()));
+            out.extend(old);
+        }
+        self.by_key.retain(|_, v| !v.is_empty());
+        for (scope, n) in gone {
+            self.forget(&scope, n);
+        }
+        out
+    }
+
+    fn take_all(&mut self) -> Vec<T> {
+        self.total = 0;
+        self.by_scope.clear();
+        self.by_key.drain().flat_map(|(_, v)| v).collect()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.by_key.values().flatten()
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&PoolKey, &mut Vec<T>)> {
+        self.by_key.iter_mut()
+    }
+}
+
 /// What a key's calls have asked of the pool lately.
 #[derive(Debug, Default, Clone, Copy)]
 struct Demand {
@@ -225,7 +366,7 @@ struct Demand {
 const DEMAND_KEYS_MAX: usize = 4096;
 
 pub struct SessionPool {
-    idle: Mutex<HashMap<PoolKey, Vec<Idle>>>,
+    idle: Mutex<IdleSet>,
     /// Locked after `idle` when both are held.
     demand: Mutex<HashMap<PoolKey, Demand>>,
     metrics: Arc<PoolMetrics>,
@@ -253,7 +394,7 @@ impl SessionPool {
         relay: Option<Arc<NotificationRelay>>,
     ) -> SessionPool {
         SessionPool {
-            idle: Mutex::new(HashMap::new()),
+            idle: Mutex::new(IdleSet::default()),
             demand: Mutex::new(HashMap::new()),
             metrics,
             relay,
@@ -320,8 +461,7 @@ impl SessionPool {
             self.rest_awaited.store(true, SeqCst);
             let oldest = self
                 .lock()
-                .values()
-                .flatten()
+                .iter()
                 .filter(|i| matches!(i.reading, Reading::Resting(_)))
                 .map(|i| i.since)
                 .min();
@@ -367,7 +507,7 @@ impl SessionPool {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PoolKey, Vec<Idle>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, IdleSet> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -384,44 +524,13 @@ impl SessionPool {
         demand.entry(key.clone()).or_default().misses += 1;
     }
 
-    fn total(map: &HashMap<PoolKey, Vec<Idle>>) -> usize {
-        map.values().map(Vec::len).sum()
-    }
-
     pub fn idle_count(&self) -> usize {
-        Self::total(&self.lock())
-    }
-
-    /// Idle sessions working for `scope`, over all its capability sets.
-    fn held_by(map: &HashMap<PoolKey, Vec<Idle>>, scope: &CallerScope) -> usize {
-        map.iter()
-            .filter(|(k, _)| k.scope == *scope)
-            .map(|(_, v)| v.len())
-            .sum()
+        self.lock().total()
     }
 
     /// Idle sessions working for `scope` now.
     pub fn idle_of(&self, scope: &CallerScope) -> usize {
-        Self::held_by(&self.lock(), scope)
-    }
-
-    /// Takes the least recently given back idle session among the keys `which` accepts.
-    fn take_lru(
-        map: &mut HashMap<PoolKey, Vec<Idle>>,
-        which: impl Fn(&PoolKey) -> bool,
-    ) -> Option<Idle> {
-        let (key, i) = map
-            .iter()
-            .filter(|(k, _)| which(k))
-            .flat_map(|(k, v)| v.iter().enumerate().map(move |(i, s)| (k, i, s.since)))
-            .min_by_key(|(_, _, since)| *since)
-            .map(|(k, i, _)| (k.clone(), i))?;
-        let list = map.get_mut(&key)?;
-        let victim = list.remove(i);
-        if list.is_empty() {
-            map.remove(&key);
-        }
-        Some(victim)
+        self.lock().held_by(scope)
     }
 
     /// A warm session for `key`, if one is idle and still usable.
@@ -432,11 +541,8 @@ impl SessionPool {
         loop {
             let candidate = {
                 let mut map = self.lock();
-                let c = map.get_mut(key).and_then(Vec::pop);
-                if map.get(key).is_some_and(Vec::is_empty) {
-                    map.remove(key);
-                }
-                self.metrics.idle_now(Self::total(&map));
+                let c = map.pop(key);
+                self.metrics.idle_now(map.total());
                 c
             };
             let Some(idle) = candidate else {
@@ -514,18 +620,19 @@ impl SessionPool {
         cfg: &PoolConfig,
     ) -> Result<Option<(Idle, &'static str)>, (&'static str, Box<Exchange>)> {
         let mut map = self.lock();
-        let here = map.get(&key).map_or(0, Vec::len);
+        let here = map.len_of(&key);
         if cfg.idle_share.per_caller == 0 || !self.room_for(&key, here, cfg) {
             return Err(("pool_full", Box::new(exchange)));
         }
-        let evicted = if Self::held_by(&map, &key.scope) >= cfg.idle_share.per_caller {
-            Self::take_lru(&mut map, |k| k.scope == key.scope).map(|i| (i, "caller_share"))
-        } else if Self::total(&map) >= cfg.max_idle {
-            Self::take_lru(&mut map, |_| true).map(|i| (i, "lru"))
+        let evicted = if map.held_by(&key.scope) >= cfg.idle_share.per_caller {
+            map.take_lru(|k| k.scope == key.scope)
+                .map(|i| (i, "caller_share"))
+        } else if map.total() >= cfg.max_idle {
+            map.take_lru(|_| true).map(|i| (i, "lru"))
         } else {
             None
         };
-        if evicted.is_none() && Self::total(&map) >= cfg.max_idle {
+        if evicted.is_none() && map.total() >= cfg.max_idle {
             return Err(("pool_full", Box::new(exchange)));
         }
         let idle = Idle {
@@ -538,8 +645,8 @@ impl SessionPool {
         } else {
             idle
         };
-        map.entry(key).or_default().push(idle);
-        self.metrics.idle_now(Self::total(&map));
+        map.push(key, idle);
+        self.metrics.idle_now(map.total());
         drop(map);
         if self
             .rest_awaited
@@ -579,25 +686,19 @@ impl SessionPool {
         let expired: Vec<Idle> = {
             let mut map = self.lock();
             let mut demand = self.demand();
-            let mut out = Vec::new();
-            for (key, list) in map.iter_mut() {
-                let (old, keep): (Vec<Idle>, Vec<Idle>) = list
-                    .drain(..)
-                    .partition(|i| i.since.elapsed() >= idle_timeout);
-                *list = keep;
-                // Sessions nobody needed for a whole idle_timeout: the key's demand has
-                // fallen, and its allowance with it.
-                if !old.is_empty()
-                    && let Some(d) = demand.get_mut(key)
-                {
-                    d.extra = d.extra.saturating_sub(old.len());
-                    d.misses = 0;
-                }
-                out.extend(old);
-            }
-            map.retain(|_, v| !v.is_empty());
+            let out = map.take_where(
+                |i| i.since.elapsed() >= idle_timeout,
+                |key, n| {
+                    // Sessions nobody needed for a whole idle_timeout: the key's demand has
+                    // fallen, and its allowance with it.
+                    if let Some(d) = demand.get_mut(key) {
+                        d.extra = d.extra.saturating_sub(n);
+                        d.misses = 0;
+                    }
+                },
+            );
             demand.retain(|k, d| d.extra > 0 || d.misses > 0 || map.contains_key(k));
-            self.metrics.idle_now(Self::total(&map));
+            self.metrics.idle_now(map.total());
             out
         };
         let n = expired.len();
@@ -613,8 +714,8 @@ impl SessionPool {
     pub async fn evict_one(&self) -> bool {
         let victim = {
             let mut map = self.lock();
-            let v = Self::take_lru(&mut map, |_| true);
-            self.metrics.idle_now(Self::total(&map));
+            let v = map.take_lru(|_| true);
+            self.metrics.idle_now(map.total());
             v
         };
         match victim {
@@ -631,7 +732,7 @@ impl SessionPool {
     pub async fn clear(&self) {
         let all: Vec<Idle> = {
             let mut map = self.lock();
-            let v = map.drain().flat_map(|(_, v)| v).collect();
+            let v = map.take_all();
             self.demand().clear();
             self.metrics.idle_now(0);
             v
@@ -639,5 +740,110 @@ impl SessionPool {
         for i in all {
             i.close().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Entry(Instant);
+
+    impl GivenBack for Entry {
+        fn since(&self) -> Instant {
+            self.0
+        }
+    }
+
+    fn key(principal: &str, caps: &str) -> PoolKey {
+        PoolKey {
+            scope: CallerScope::new(principal, ""),
+            capabilities: caps.into(),
+        }
+    }
+
+    /// The kept counts against counting every entry.
+    fn check(set: &IdleSet<Entry>) {
+        let all: usize = set.by_key.values().map(Vec::len).sum();
+        assert_eq!(set.total(), all, "total");
+        let mut scopes: HashMap<&CallerScope, usize> = HashMap::new();
+        for (k, v) in &set.by_key {
+            assert!(!v.is_empty(), "no empty list is kept");
+            *scopes.entry(&k.scope).or_default() += v.len();
+        }
+        for (scope, n) in &scopes {
+            assert_eq!(set.held_by(scope), *n, "held by {scope:?}");
+        }
+        assert_eq!(set.by_scope.len(), scopes.len(), "no scope counted at zero");
+    }
+
+    #[test]
+    fn the_kept_counts_follow_every_change() {
+        let t0 = Instant::now();
+        let at = |ms: u64| Entry(t0 + Duration::from_millis(ms));
+        let keys = [
+            key("alice", ""),
+            key("alice", "roots"),
+            key("bob", ""),
+            key("carol", "roots"),
+        ];
+        let mut set: IdleSet<Entry> = IdleSet::default();
+        // A deterministic mix of give-backs and takes over four keys and three scopes.
+        let mut clock = 0;
+        for round in 0..40usize {
+            let k = &keys[round % keys.len()];
+            for _ in 0..(round % 3) + 1 {
+                clock += 1;
+                set.push(k.clone(), at(clock));
+            }
+            check(&set);
+            if round % 4 == 1 {
+                assert!(set.pop(&keys[(round + 1) % keys.len()]).is_some() || round < 4);
+                check(&set);
+            }
+            if round % 5 == 2 {
+                let scope = k.scope.clone();
+                set.take_lru(|key| key.scope == scope);
+                check(&set);
+            }
+            if round % 7 == 3 {
+                set.take_lru(|_| true);
+                check(&set);
+            }
+        }
+        assert!(set.total() > 10, "the mix leaves sessions idle");
+        assert!(set.pop(&key("nobody", "")).is_none());
+        check(&set);
+
+        // The least recently given back goes first, within the accepted keys.
+        let oldest = set
+            .by_key
+            .iter()
+            .filter(|(k, _)| k.scope.principal == "bob")
+            .flat_map(|(_, v)| v.iter().map(|e| e.0))
+            .min()
+            .expect("bob has sessions idle");
+        let taken = set
+            .take_lru(|k| k.scope.principal == "bob")
+            .expect("one of bob's");
+        assert_eq!(taken.0, oldest);
+        check(&set);
+
+        // Expiry by age, with what each key lost.
+        let cut = t0 + Duration::from_millis(clock / 2);
+        let before = set.total();
+        let mut lost = 0;
+        let expired = set.take_where(|e| e.0 < cut, |_, n| lost += n);
+        assert_eq!(expired.len(), lost);
+        assert!(!expired.is_empty() && expired.iter().all(|e| e.0 < cut));
+        assert_eq!(set.total(), before - lost);
+        assert!(set.iter().all(|e| e.0 >= cut));
+        check(&set);
+
+        let rest = set.take_all();
+        assert_eq!(rest.len(), before - lost);
+        assert_eq!(set.total(), 0);
+        assert_eq!(set.held_by(&CallerScope::new("alice", "")), 0);
+        check(&set);
     }
 }
