@@ -56,8 +56,14 @@ pub enum Command {
     },
 }
 
-pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
+/// The runtime the gateway's tasks run on: `worker_threads` of them, or (`None`) one per CPU
+/// the process may use, as tokio counts them (a cgroup CPU limit counts).
+pub fn runtime(worker_threads: Option<std::num::NonZeroUsize>) -> tokio::runtime::Runtime {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = worker_threads {
+        builder.worker_threads(n.get());
+    }
+    builder
         .enable_all()
         .build()
         .expect("the tokio runtime starts")
@@ -141,7 +147,7 @@ pub fn run(command: Command) -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG as u8);
                 }
             };
-            let runtime = runtime();
+            let runtime = runtime(config.runtime.worker_threads);
             // Trace export sends from the gateway's runtime; it is built before logging so
             // that the subscriber can be given its layer.
             let traces = match &config.tracing.otlp {

@@ -12,7 +12,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Demo => {
             let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-            match cli::runtime().block_on(mrtr_testkit::demo::run()) {
+            match cli::runtime(None).block_on(mrtr_testkit::demo::run()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("demo failed: {e}");

@@ -1031,6 +1031,52 @@ fn keygen_writes_a_key_file_the_key_directory_loads() {
     assert_eq!(ids, [name(&second), name(&first)], "the newer key seals");
 }
 
+/// `runtime.worker_threads` sets the threads the gateway's tasks run on, and the gauge shows
+/// the number in force. The test asks for one more than the CPUs here, which the default
+/// (one per CPU) never gives.
+#[tokio::test]
+async fn worker_threads_set_the_runtime_and_the_gauge_shows_them() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let want = cpus + 1;
+    let dir = TempDir::new("mrtr-workers");
+    let (port, admin) = (free_port(), free_port());
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[listen]\naddr = \"127.0.0.1:{port}\"\n[admin]\naddr = \"127.0.0.1:{admin}\"\n\
+             [upstream]\nurl = \"http://127.0.0.1:9/mcp\"\n[runtime]\nworker_threads = {want}\n\
+             [[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n"
+        ),
+    )
+    .unwrap();
+    let _child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let metrics = format!("http://127.0.0.1:{admin}/metrics");
+    let mut gauge = None;
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", admin)).is_ok() {
+            let (status, body) = get(&metrics).await;
+            assert_eq!(status, 200);
+            let text = body.as_str().unwrap_or_default().to_string();
+            gauge = text
+                .lines()
+                .find(|l| l.starts_with("mrtr_gateway_runtime_worker_threads"))
+                .and_then(|l| l.rsplit(' ').next())
+                .map(str::to_string);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(gauge.as_deref(), Some(want.to_string().as_str()));
+}
+
 /// A busy port is reported with the setting and the address, not only the OS's words.
 #[test]
 fn a_busy_listen_port_is_named_in_the_error() {

@@ -83,6 +83,9 @@ impl Gateway {
             .unwrap_or_else(crate::request_id::random_id);
         let metrics = Metrics::new(&instance_id);
         metrics.process().key_ring(config.state.keys.len());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            metrics.process().worker_threads(rt.metrics().num_workers());
+        }
         metrics
             .engine()
             .state_keys(config.state.keys.iter().map(|k| k.id.as_str()));

@@ -7,7 +7,8 @@
 //! by swapping a `..data` symlink, which a watch on the file itself would miss. Events are
 //! debounced. A reload that fails validation keeps the running configuration and counts
 //! `mrtr_gateway_config_reloads_total{result="error"}`. What cannot change without a restart:
-//! `listen.addr`, `admin.addr`, turning TLS on or off, `log.format`, `replica.id`, `[tracing]`.
+//! `listen.addr`, `admin.addr`, turning TLS on or off, `log.format`, `replica.id`, `[tracing]`,
+//! `[runtime]`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -38,7 +39,7 @@ fn upstream_tls_files(cfg: &Config) -> Vec<PathBuf> {
 pub fn changed_sections(old: &Config, new: &Config) -> Vec<&'static str> {
     let differs =
         |a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| format!("{a:?}") != format!("{b:?}");
-    let sections: [(&'static str, bool); 21] = [
+    let sections: [(&'static str, bool); 22] = [
         ("listen", differs(&old.listen, &new.listen)),
         ("upstream", differs(&old.upstream, &new.upstream)),
         ("state", differs(&old.state, &new.state)),
@@ -65,6 +66,7 @@ pub fn changed_sections(old: &Config, new: &Config) -> Vec<&'static str> {
         ),
         ("long_calls", differs(&old.long_calls, &new.long_calls)),
         ("tracing", differs(&old.tracing, &new.tracing)),
+        ("runtime", differs(&old.runtime, &new.runtime)),
         ("keys", differs(&old.state.keys, &new.state.keys)),
     ];
     sections
@@ -96,6 +98,7 @@ impl Reloader {
                     ("log.format", old.log.format != new.log.format),
                     ("replica.id", old.replica.id != new.replica.id),
                     ("tracing", old.tracing != new.tracing),
+                    ("runtime", old.runtime != new.runtime),
                 ];
                 for (key, changed) in restart_only {
                     if changed {

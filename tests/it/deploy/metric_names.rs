@@ -46,6 +46,7 @@ pub const METRICS: &[&str] = &[
     "tasks_finished_total",
     "tasks_running",
     "task_input_rounds_total",
+    "runtime_worker_threads",
 ];
 
 /// The histograms, whose series also appear as `_bucket`, `_sum` and `_count`.

@@ -28,6 +28,7 @@ mod quotas;
 pub mod raw;
 pub mod redact;
 mod replica;
+mod runtime;
 mod state;
 mod subscriptions;
 mod tasks;
@@ -55,6 +56,7 @@ pub use pool::{PoolConfig, PoolMode};
 pub use quotas::ineffective_quotas;
 use raw::RawConfig;
 pub use replica::ReplicaConfig;
+pub use runtime::RuntimeConfig;
 pub use state::{StateConfig, decode_secret, load_keys_dir};
 pub use subscriptions::SubscriptionsConfig;
 pub use tasks::{TaskRule, TaskSupport, TasksConfig};
@@ -95,6 +97,8 @@ pub struct Config {
     pub quotas: crate::fair_share::Fractions,
     /// OpenTelemetry trace export (`[tracing]`); read once at start.
     pub tracing: TracingConfig,
+    /// The threads that run the gateway (`[runtime]`); read once at start.
+    pub runtime: RuntimeConfig,
 }
 
 impl Config {
@@ -190,7 +194,9 @@ impl Config {
         let long_calls = long_calls::long_calls_config(&raw.long_calls)?;
         let tasks = tasks::tasks_config(&raw.tasks, quotas)?;
         let tracing = traces::tracing_config(&raw.tracing)?;
+        let runtime = runtime::runtime_config(&raw.runtime)?;
         Ok(Config {
+            runtime,
             long_calls,
             tasks,
             quotas,

@@ -55,6 +55,16 @@ pub struct RawConfig {
     pub tracing: RawTracing,
     #[serde(default)]
     pub quotas: RawQuotas,
+    #[serde(default)]
+    pub runtime: RawRuntime,
+}
+
+/// `[runtime]`: the threads that run the gateway.
+#[derive(Debug, Deserialize, serde::Serialize, Default, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRuntime {
+    /// 0: one per CPU the process may use.
+    pub worker_threads: u32,
 }
 
 /// `[quotas]`: how every per-caller pool is divided (see `crate::fair_share`).

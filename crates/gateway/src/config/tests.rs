@@ -478,6 +478,25 @@ fn idle_read_after_has_a_default_and_bounds() {
 }
 
 #[test]
+fn worker_threads_default_to_the_cpus_and_are_bounded() {
+    let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+    assert_eq!(c.runtime.worker_threads, None, "0: one per CPU");
+    let c = Config::from_toml_str(
+        &format!("[runtime]\nworker_threads = 3\n{}", minimal()),
+        &[],
+        None,
+    )
+    .unwrap();
+    assert_eq!(c.runtime.worker_threads.map(|n| n.get()), Some(3));
+    let e = err_of(&format!("[runtime]\nworker_threads = 257\n{}", minimal()));
+    assert_eq!(e.key, "runtime.worker_threads", "{e}");
+    for body in ["worker_threads = -1", "worker_threads = \"2\""] {
+        let e = err_of(&format!("[runtime]\n{body}\n{}", minimal()));
+        assert!(e.to_string().contains("worker_threads"), "{body}: {e}");
+    }
+}
+
+#[test]
 fn secrets_accept_both_alphabets() {
     assert!(decode_secret(KEY).is_ok());
     assert!(decode_secret(KEY.trim_end_matches('=')).is_ok());

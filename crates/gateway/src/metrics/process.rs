@@ -14,6 +14,7 @@ pub struct ProcessMetrics {
     jwks_fetches: IntCounterVec,
     trace_spans: IntCounterVec,
     trace_queued_spans: IntGauge,
+    runtime_worker_threads: IntGauge,
 }
 
 impl ProcessMetrics {
@@ -26,6 +27,12 @@ impl ProcessMetrics {
     /// The drain began.
     pub fn draining(&self) {
         self.draining.set(1);
+    }
+
+    /// The runtime runs the gateway's tasks on `n` worker threads (`[runtime]`).
+    pub fn worker_threads(&self, n: usize) {
+        self.runtime_worker_threads
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// The key ring in force holds `keys` keys.
@@ -110,7 +117,12 @@ impl ProcessMetrics {
             "trace_queued_spans",
             "Spans waiting for export now (at most tracing.max_queue_spans).",
         );
+        let runtime_worker_threads = r.gauge(
+            "runtime_worker_threads",
+            "Threads that run the gateway's tasks (runtime.worker_threads, or one per CPU the process may use).",
+        );
         ProcessMetrics {
+            runtime_worker_threads,
             config_reloads,
             draining,
             key_ring_keys,
