@@ -52,10 +52,10 @@
 
 use std::convert::Infallible;
 
+use crate::legacy::http::UpstreamBody;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, header};
 use http_body_util::{BodyExt, StreamBody};
-use hyper::body::Incoming;
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -471,7 +471,7 @@ async fn reached(d: Option<Instant>) {
 /// The upstream body, frame by frame as it arrives; an upstream error ends it. An SSE body
 /// goes through `screen` (the policy stage on the legacy server's questions) event by event,
 /// a JSON body whole once it has arrived.
-fn relay(body: Incoming, ends: Ends, screen: Option<Screen>) -> Body {
+fn relay(body: UpstreamBody, ends: Ends, screen: Option<Screen>) -> Body {
     let start = (body, ends, screen);
     let frames = futures_util::stream::unfold(start, |(mut body, ends, mut screen)| async move {
         loop {

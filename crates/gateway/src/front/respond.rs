@@ -180,16 +180,23 @@ where
         )))),
     };
 
-    let first = tokio::select! {
+    let (first, ending) = tokio::select! {
         biased;
-        n = rx.recv(), if accepts_sse => n,
-        outcome = &mut work => {
-            on_done(&outcome);
-            return match outcome {
-                Ok(result) => json(StatusCode::OK, &jsonrpc::OutgoingResult::new(&id, &result)),
-                Err(rej) => rejection(Some(&id), &rej),
-            };
-        }
+        n = rx.recv(), if accepts_sse => (n, None),
+        outcome = &mut work => match rx.try_recv() {
+            // The work emitted notifications and ended in the same poll (its stream's events
+            // arrived together): they go out before the outcome, as if it had yielded between.
+            Ok(first) if accepts_sse => (Some(first), Some(Ending::Done(outcome))),
+            _ => {
+                on_done(&outcome);
+                return match outcome {
+                    Ok(result) => {
+                        json(StatusCode::OK, &jsonrpc::OutgoingResult::new(&id, &result))
+                    }
+                    Err(rej) => rejection(Some(&id), &rej),
+                };
+            }
+        },
     };
     let Some(first) = first else {
         // The work ended without streaming anything (its sink is gone): plain JSON.
@@ -202,12 +209,17 @@ where
     };
     // Streaming from here: the work goes on in a task of its own, so it does not wait on how
     // fast the client reads the stream (the stream's channel holds what it has not read).
-    let task = work.into_task();
+    let ending = ending.unwrap_or_else(|| Ending::Task(work.into_task()));
 
+    /// How the stream learns the outcome.
+    enum Ending {
+        Task(tokio::task::JoinHandle<Result<Value, Rejection>>),
+        Done(Result<Value, Rejection>),
+    }
     struct StreamState<D> {
         first: Option<Value>,
         rx: mpsc::Receiver<Value>,
-        task: Option<tokio::task::JoinHandle<Result<Value, Rejection>>>,
+        ending: Option<Ending>,
         id: Value,
         on_done: Option<D>,
         /// The request's context, for `on_done`: the body is polled outside its task.
@@ -217,7 +229,7 @@ where
     let state = StreamState {
         first: Some(first),
         rx,
-        task: Some(task),
+        ending: Some(ending),
         id,
         on_done: Some(on_done),
         cx: crate::request_id::RequestContext::current(),
@@ -230,8 +242,10 @@ where
         if let Some(n) = st.rx.recv().await {
             return Some((sse_frame(sse_event(&n)), st));
         }
-        let task = st.task.take()?;
-        let outcome = task.await.unwrap_or_else(|_| Err(join_failure()));
+        let outcome = match st.ending.take()? {
+            Ending::Task(task) => task.await.unwrap_or_else(|_| Err(join_failure())),
+            Ending::Done(outcome) => outcome,
+        };
         if let Some(done) = st.on_done.take() {
             match &st.cx {
                 Some(cx) => cx.in_scope(|| done(&outcome)),

@@ -5,13 +5,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
 use super::handshake::VersionMemory;
+/// A legacy server's response body; reading it drives its connection ([`super::http_conns`]).
+pub use super::http_conns::ConnBody as UpstreamBody;
+use super::http_conns::{Conns, SendError};
 use crate::config::UpstreamConfig;
 use crate::metrics::LimitHits;
 use crate::tls::upstream::TlsFailure;
@@ -50,7 +49,7 @@ pub struct UpstreamLimits {
 }
 
 pub struct UpstreamHttp {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    conns: std::sync::Arc<Conns>,
     pub url: url::Url,
     uri: http::Uri,
     pub limits: UpstreamLimits,
@@ -82,11 +81,8 @@ impl UpstreamHttp {
             .https_or_http()
             .enable_http1()
             .wrap_connector(connector);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(https);
         UpstreamHttp {
-            client,
+            conns: Conns::new(https),
             uri: cfg.url.as_str().parse().expect("validated URL"),
             url: cfg.url.clone(),
             limits: UpstreamLimits {
@@ -109,7 +105,7 @@ impl UpstreamHttp {
         method: Method,
         headers: HeaderMap,
         body: Option<Bytes>,
-    ) -> Result<Response<Incoming>, HttpError> {
+    ) -> Result<Response<UpstreamBody>, HttpError> {
         self.send_to(&self.uri, method, headers, body).await
     }
 
@@ -121,17 +117,34 @@ impl UpstreamHttp {
         method: Method,
         headers: HeaderMap,
         body: Option<Bytes>,
-    ) -> Result<Response<Incoming>, HttpError> {
+    ) -> Result<Response<UpstreamBody>, HttpError> {
+        let Some(authority) = uri.authority() else {
+            return Err(HttpError::Connect(format!("{uri} names no server")));
+        };
+        let host = HeaderValue::from_str(authority.as_str())
+            .map_err(|_| HttpError::Connect(format!("{uri}: not a host header")))?;
+        // HTTP/1 to the server itself: the request line carries the path, `Host` the server.
+        let path = uri
+            .path_and_query()
+            .map_or("/", http::uri::PathAndQuery::as_str);
         let mut req = Request::builder()
             .method(method)
-            .uri(uri.clone())
+            .uri(path)
             .body(Full::new(body.unwrap_or_default()))
             .expect("request parts are valid");
         *req.headers_mut() = headers;
+        req.headers_mut().insert(header::HOST, host);
         let timeout = self.limits.response_timeout;
-        match tokio::time::timeout(timeout, self.client.request(req)).await {
+        match tokio::time::timeout(timeout, self.conns.send(uri, req)).await {
             Err(_) => Err(HttpError::Timeout(timeout)),
-            Ok(Err(e)) => Err(match TlsFailure::find(&e) {
+            Ok(Err(SendError::Connect(e))) => Err(match TlsFailure::find(e.as_ref()) {
+                Some(failure) => HttpError::Tls {
+                    failure,
+                    detail: error_chain(e.as_ref()),
+                },
+                None => HttpError::Connect(error_chain(e.as_ref())),
+            }),
+            Ok(Err(SendError::Http(e))) => Err(match TlsFailure::find(&e) {
                 Some(failure) => HttpError::Tls {
                     failure,
                     detail: error_chain(&e),
@@ -169,7 +182,11 @@ pub fn is_sse(h: &HeaderMap) -> bool {
 }
 
 /// Reads a whole (small) body with a size cap and an idle timeout.
-pub async fn read_body(body: Incoming, limit: usize, idle: Duration) -> Result<Bytes, HttpError> {
+pub async fn read_body(
+    body: UpstreamBody,
+    limit: usize,
+    idle: Duration,
+) -> Result<Bytes, HttpError> {
     let mut body = body;
     let mut buf = bytes::BytesMut::new();
     loop {

@@ -14,9 +14,9 @@
 
 use std::sync::Arc;
 
+use crate::legacy::http::UpstreamBody;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until, timeout};
@@ -294,7 +294,7 @@ impl Drop for SseSession {
 /// Reads the SSE stream until its `endpoint` event; returns the event's data and any events
 /// that followed it in the same chunk.
 async fn wait_for_endpoint(
-    body: &mut Incoming,
+    body: &mut UpstreamBody,
     decoder: &mut SseDecoder,
 ) -> Result<(String, Vec<SseEvent>), SessionError> {
     let mut events = Vec::new();
@@ -333,7 +333,7 @@ async fn wait_for_endpoint(
 
 /// Forwards the SSE stream's messages until it ends, then ends everything in flight.
 struct Reader {
-    body: Incoming,
+    body: UpstreamBody,
     decoder: SseDecoder,
     calls: Arc<PendingCalls>,
     tx: mpsc::Sender<Inbound>,

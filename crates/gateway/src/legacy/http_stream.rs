@@ -25,9 +25,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::legacy::http::UpstreamBody;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -85,7 +85,7 @@ enum ReconnectError {
 
 impl StreamContext {
     /// Forwards every message of `resp` (and of its resumptions) tagged `tag`, then its end.
-    pub async fn run(self, tag: StreamTag, resp: hyper::Response<Incoming>, sse: bool) {
+    pub async fn run(self, tag: StreamTag, resp: hyper::Response<UpstreamBody>, sse: bool) {
         let error = if sse {
             self.follow(tag, resp.into_body()).await.err()
         } else {
@@ -94,7 +94,7 @@ impl StreamContext {
         let _ = self.tx.send(Inbound::Ended { stream: tag, error }).await;
     }
 
-    async fn read_json(&self, tag: StreamTag, body: Incoming) -> Result<(), String> {
+    async fn read_json(&self, tag: StreamTag, body: UpstreamBody) -> Result<(), String> {
         let limits = &self.http.limits;
         let bytes = read_body(body, limits.max_event_bytes, limits.idle_timeout)
             .await
@@ -107,7 +107,7 @@ impl StreamContext {
         Ok(())
     }
 
-    async fn follow(&self, tag: StreamTag, first: Incoming) -> Result<(), String> {
+    async fn follow(&self, tag: StreamTag, first: UpstreamBody) -> Result<(), String> {
         let limits = &self.http.limits;
         let mut cursor = Cursor {
             last_id: None,
@@ -177,7 +177,7 @@ impl StreamContext {
     async fn read_connection(
         &self,
         tag: StreamTag,
-        mut body: Incoming,
+        mut body: UpstreamBody,
         cursor: &mut Cursor,
     ) -> ConnectionEnd {
         let limits = &self.http.limits;
@@ -249,7 +249,7 @@ impl StreamContext {
     }
 
     /// `GET` to continue the stream after `last_id` (or a fresh GET stream without one).
-    async fn reconnect(&self, last_id: Option<&str>) -> Result<Incoming, ReconnectError> {
+    async fn reconnect(&self, last_id: Option<&str>) -> Result<UpstreamBody, ReconnectError> {
         let mut headers = self.get_headers.clone();
         if let Some(id) = last_id {
             let value = HeaderValue::from_str(id).map_err(|_| {

@@ -4,6 +4,7 @@
 pub mod exchange;
 pub mod handshake;
 pub mod http;
+pub mod http_conns;
 pub mod http_sse;
 pub mod http_stream;
 pub mod pending;

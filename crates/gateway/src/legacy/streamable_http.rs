@@ -17,9 +17,9 @@
 
 use std::sync::Arc;
 
+use crate::legacy::http::UpstreamBody;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
@@ -176,7 +176,7 @@ impl HttpSession {
         }
     }
 
-    fn spawn_reader(&mut self, tag: StreamTag, resp: hyper::Response<Incoming>, sse: bool) {
+    fn spawn_reader(&mut self, tag: StreamTag, resp: hyper::Response<UpstreamBody>, sse: bool) {
         self.spawn(Box::pin(self.stream_context().run(tag, resp, sse)));
     }
 
@@ -191,7 +191,7 @@ impl HttpSession {
     /// session's channel: it is then read in the reader's task (the call's own, while the
     /// call runs) rather than in a task of its own. When the channel is full (nobody has read
     /// it for a while), a task of its own reads it, as every stream once was.
-    fn hand_over_call_stream(&mut self, id: i64, resp: hyper::Response<Incoming>, sse: bool) {
+    fn hand_over_call_stream(&mut self, id: i64, resp: hyper::Response<UpstreamBody>, sse: bool) {
         let reading = self.stream_context().run(StreamTag::Call(id), resp, sse);
         if let Err(refused) = self.tx.try_send(Inbound::Stream(CallStream::new(reading)))
             && let Inbound::Stream(stream) = refused.into_inner()
@@ -359,7 +359,7 @@ async fn delete_session(http: Arc<UpstreamHttp>, sid: HeaderValue, mut headers: 
 /// Reads a response (JSON or SSE) until the JSON-RPC response with `id`; used for
 /// `initialize`, before any reader task exists.
 async fn first_response(
-    resp: hyper::Response<Incoming>,
+    resp: hyper::Response<UpstreamBody>,
     id: &Value,
     limits: &UpstreamLimits,
 ) -> Result<Value, SessionError> {

@@ -1,0 +1,442 @@
+//! The HTTP/1 connections to the legacy server, each driven by whoever reads its response.
+//!
+//! A hyper client connection is a future that does the connection's I/O. hyper-util's pooled
+//! client spawns it as a task of its own, so every upstream request crossed two tasks (the
+//! caller's and the connection's) and every response frame came back through a channel, with
+//! a wake-up between threads each way; and it spawned one more task per request to return the
+//! connection to its pool. Here the connection future travels with the request instead:
+//!
+//! - sending polls the connection in the sender's task until the response head arrives;
+//! - the response body ([`ConnBody`]) owns the connection and polls it before each frame, so
+//!   the task that reads the body (the call's, the parking lot's, the GET stream's) does the
+//!   connection's reads;
+//! - a body read to its end, or dropped when it had nothing left, gives its connection back to
+//!   the idle set, which the next request takes it from (most recently returned first);
+//! - a body dropped before its end closes its connection: HTTP/1 cannot reuse it mid-response.
+//!
+//! An idle connection is polled by nobody, so a close by the server shows only when the
+//! connection is taken: [`Conns::take`] polls it once without waiting and passes over one that
+//! ended. A request that found its connection closed before a byte of it was written goes
+//! once more on a new connection; one that may have reached the server does not.
+//! Idle connections older than [`IDLE_FOR`] are closed; at most [`MAX_IDLE`] are kept.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{Connection, SendRequest};
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
+use tower_service::Service;
+
+/// How long a connection may sit idle before it is closed (the server's own keep-alive is
+/// often shorter; a connection it closed is passed over when taken).
+pub const IDLE_FOR: Duration = Duration::from_secs(30);
+
+/// Idle connections kept; one given back beyond it is closed.
+pub const MAX_IDLE: usize = 1024;
+
+type Io = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
+
+/// One connection: the handle requests go through and the future that does its I/O.
+struct Conn {
+    sender: SendRequest<Full<Bytes>>,
+    io: Connection<Io, Full<Bytes>>,
+}
+
+impl Conn {
+    /// Polls the connection once without waiting; false when it has ended.
+    fn still_open(&mut self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        match Pin::new(&mut self.io).poll(&mut cx) {
+            Poll::Ready(_) => false,
+            Poll::Pending => !self.sender.is_closed(),
+        }
+    }
+
+    /// Ready for the next request: the connection is open and has finished the last one.
+    fn reusable(&mut self) -> bool {
+        self.still_open() && self.sender.is_ready()
+    }
+}
+
+struct IdleConn {
+    conn: Conn,
+    since: Instant,
+}
+
+/// The connections to one legacy server, and how to open more.
+pub struct Conns {
+    connector: HttpsConnector<HttpConnector>,
+    idle: Mutex<VecDeque<IdleConn>>,
+}
+
+/// Why a request did not get a response head.
+#[derive(Debug)]
+pub enum SendError {
+    /// Opening a connection failed.
+    Connect(Box<dyn std::error::Error + Send + Sync>),
+    /// The exchange failed on an open connection.
+    Http(hyper::Error),
+}
+
+impl Conns {
+    pub fn new(connector: HttpsConnector<HttpConnector>) -> Arc<Conns> {
+        Arc::new(Conns {
+            connector,
+            idle: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, VecDeque<IdleConn>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Idle connections now (for tests and the pool's health).
+    pub fn idle_count(&self) -> usize {
+        self.idle().len()
+    }
+
+    /// The most recently given back idle connection that is still open.
+    fn take(&self) -> Option<Conn> {
+        let mut idle = self.idle();
+        while let Some(IdleConn { mut conn, since }) = idle.pop_back() {
+            if since.elapsed() < IDLE_FOR && conn.reusable() {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    fn give_back(&self, mut conn: Conn) {
+        if !conn.reusable() {
+            return;
+        }
+        let mut idle = self.idle();
+        while idle.front().is_some_and(|c| c.since.elapsed() >= IDLE_FOR) {
+            idle.pop_front();
+        }
+        if idle.len() >= MAX_IDLE {
+            idle.pop_front();
+        }
+        idle.push_back(IdleConn {
+            conn,
+            since: Instant::now(),
+        });
+    }
+
+    /// Opens a connection. The connector's future is not `Sync`, which the futures that read
+    /// a session must be, so it runs as a task of its own (only when no idle connection was
+    /// there), stopped if the caller gives up.
+    async fn connect(&self, uri: &http::Uri) -> Result<Conn, SendError> {
+        let mut connector = self.connector.clone();
+        let uri = uri.clone();
+        let opening = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            std::future::poll_fn(|cx| connector.poll_ready(cx))
+                .await
+                .map_err(SendError::Connect)?;
+            let io = connector.call(uri).await.map_err(SendError::Connect)?;
+            let (sender, io) = hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(SendError::Http)?;
+            Ok(Conn { sender, io })
+        }));
+        match opening.await {
+            Ok(r) => r,
+            Err(e) => Err(SendError::Connect(Box::new(e))),
+        }
+    }
+
+    /// Sends `req` (its URI in origin form, with a `Host` header) to the server `uri` names,
+    /// on an idle connection or a new one, and returns the response once its head arrived.
+    pub async fn send(
+        self: &Arc<Self>,
+        uri: &http::Uri,
+        mut req: Request<Full<Bytes>>,
+    ) -> Result<Response<ConnBody>, SendError> {
+        // A reused connection may have been closed under us; a new one is tried once.
+        let mut reused = true;
+        loop {
+            let mut conn = match self.take() {
+                Some(c) => c,
+                None => {
+                    reused = false;
+                    self.connect(uri).await?
+                }
+            };
+            let sent = conn.sender.try_send_request(req);
+            tokio::pin!(sent);
+            let head = std::future::poll_fn(|cx| {
+                if let Poll::Ready(r) = sent.as_mut().poll(cx) {
+                    return Poll::Ready(Some(r));
+                }
+                match Pin::new(&mut conn.io).poll(cx) {
+                    // The connection ended; the request's future now says how.
+                    Poll::Ready(_) => Poll::Ready(None),
+                    Poll::Pending => Poll::Pending,
+                }
+            })
+            .await;
+            let head = match head {
+                Some(r) => r,
+                None => sent.await,
+            };
+            match head {
+                Ok(resp) => {
+                    let (parts, body) = resp.into_parts();
+                    return Ok(Response::from_parts(
+                        parts,
+                        ConnBody {
+                            body,
+                            conn: Some(conn),
+                            conns: self.clone(),
+                        },
+                    ));
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(back) if reused => {
+                        req = back;
+                        reused = false;
+                    }
+                    _ => return Err(SendError::Http(e.into_error())),
+                },
+            }
+        }
+    }
+}
+
+/// A response body that drives its connection, and gives the connection back when done.
+pub struct ConnBody {
+    body: Incoming,
+    /// `None` once the connection has ended or been given back.
+    conn: Option<Conn>,
+    conns: Arc<Conns>,
+}
+
+impl ConnBody {
+    fn finish(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.conns.give_back(conn);
+        }
+    }
+}
+
+impl Body for ConnBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        if let Some(conn) = &mut this.conn
+            && Pin::new(&mut conn.io).poll(cx).is_ready()
+        {
+            // Ended: what it read is in the body already, and the body says how it ended.
+            this.conn = None;
+        }
+        let frame = Pin::new(&mut this.body).poll_frame(cx);
+        if let Poll::Ready(None) = frame {
+            this.finish();
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for ConnBody {
+    fn drop(&mut self) {
+        // A body with nothing left (a 202, an empty 200) need not be read for its connection
+        // to be reused; one dropped mid-way closes it.
+        if self.body.is_end_stream() {
+            self.finish();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A keep-alive HTTP/1 server on loopback answering every request with `body`, on a
+    /// runtime of its own (so the test's runtime holds only the client's tasks); counts the
+    /// connections it accepted. After `close_after` requests on a connection it closes it.
+    fn server(body: &'static str, close_after: usize) -> (String, Arc<AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                loop {
+                    let (mut s, _) = listener.accept().await.unwrap();
+                    count.fetch_add(1, Ordering::SeqCst);
+                    tokio::spawn(async move {
+                        let mut buf = Vec::new();
+                        let mut served = 0;
+                        let mut chunk = [0u8; 4096];
+                        loop {
+                            let n = match s.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            buf.extend_from_slice(&chunk[..n]);
+                            // Requests here carry no body: one ends at the blank line.
+                            while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                                buf.drain(..end + 4);
+                                let resp = format!(
+                                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                                    body.len()
+                                );
+                                if s.write_all(resp.as_bytes()).await.is_err() {
+                                    return;
+                                }
+                                served += 1;
+                                if served == close_after {
+                                    return;
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+        });
+        (format!("http://{addr}/mcp"), accepted)
+    }
+
+    fn conns() -> Arc<Conns> {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+        Conns::new(
+            hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http),
+        )
+    }
+
+    fn get(uri: &http::Uri) -> Request<Full<Bytes>> {
+        Request::builder()
+            .uri(uri.path())
+            .header(http::header::HOST, uri.authority().unwrap().as_str())
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    }
+
+    async fn read_all(resp: Response<ConnBody>) -> Bytes {
+        use http_body_util::BodyExt;
+        resp.into_body().collect().await.unwrap().to_bytes()
+    }
+
+    #[tokio::test]
+    async fn a_connection_read_to_its_end_serves_the_next_request() {
+        let (url, accepted) = server("hello", usize::MAX);
+        let uri: http::Uri = url.parse().unwrap();
+        let conns = conns();
+        for _ in 0..5 {
+            let resp = conns.send(&uri, get(&uri)).await.unwrap();
+            assert_eq!(read_all(resp).await, "hello");
+        }
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "one connection for all five"
+        );
+        assert_eq!(conns.idle_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_before_its_end_closes_its_connection() {
+        let (url, accepted) = server("a longer body than nobody reads", usize::MAX);
+        let uri: http::Uri = url.parse().unwrap();
+        let conns = conns();
+        let resp = conns.send(&uri, get(&uri)).await.unwrap();
+        drop(resp);
+        assert_eq!(conns.idle_count(), 0, "not given back mid-response");
+        let resp = conns.send(&uri, get(&uri)).await.unwrap();
+        assert_eq!(read_all(resp).await, "a longer body than nobody reads");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn an_empty_body_dropped_unread_gives_its_connection_back() {
+        let (url, accepted) = server("", usize::MAX);
+        let uri: http::Uri = url.parse().unwrap();
+        let conns = conns();
+        for _ in 0..3 {
+            let resp = conns.send(&uri, get(&uri)).await.unwrap();
+            assert_eq!(resp.status(), 200);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_while_idle_is_passed_over() {
+        // The server closes each connection after one response, as a server with a short
+        // keep-alive does between calls.
+        let (url, accepted) = server("once", 1);
+        let uri: http::Uri = url.parse().unwrap();
+        let conns = conns();
+        for _ in 0..3 {
+            let resp = conns.send(&uri, get(&uri)).await.unwrap();
+            assert_eq!(read_all(resp).await, "once");
+            // Let the server's close arrive.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn the_body_is_read_in_the_readers_task() {
+        // No task of the connection's own: sending spawns nothing, and the body still arrives
+        // whole (the connection is polled by whoever reads the body).
+        let (url, _) = server("driven", usize::MAX);
+        let uri: http::Uri = url.parse().unwrap();
+        let conns = conns();
+        let before = tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks();
+        let resp = conns.send(&uri, get(&uri)).await.unwrap();
+        assert_eq!(
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks(),
+            before,
+            "sending spawned no task"
+        );
+        assert_eq!(read_all(resp).await, "driven");
+    }
+}
