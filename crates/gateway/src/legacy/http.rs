@@ -81,9 +81,10 @@ impl UpstreamHttp {
             .https_or_http()
             .enable_http1()
             .wrap_connector(connector);
+        let uri: http::Uri = cfg.url.as_str().parse().expect("validated URL");
         UpstreamHttp {
-            conns: Conns::new(https),
-            uri: cfg.url.as_str().parse().expect("validated URL"),
+            conns: Conns::new(https, &uri),
+            uri,
             url: cfg.url.clone(),
             limits: UpstreamLimits {
                 response_timeout: cfg.response_timeout,

@@ -14,11 +14,18 @@
 //!   the idle set, which the next request takes it from (most recently returned first);
 //! - a body dropped before its end closes its connection: HTTP/1 cannot reuse it mid-response.
 //!
+//! The connections all go to one origin (scheme and authority: the configured server's); a
+//! request for another is refused rather than sent on a connection to a different server
+//! (the HTTP+SSE transport already refuses an `endpoint` on another origin).
+//!
 //! An idle connection is polled by nobody, so a close by the server shows only when the
 //! connection is taken: [`Conns::take`] polls it once without waiting and passes over one that
 //! ended. A request that found its connection closed before a byte of it was written goes
 //! once more on a new connection; one that may have reached the server does not.
-//! Idle connections older than [`IDLE_FOR`] are closed; at most [`MAX_IDLE`] are kept.
+//! Idle connections older than [`IDLE_FOR`] are closed; at most [`MAX_IDLE`] are kept. A
+//! task looks over the idle ones every [`REAP_EVERY`] and closes those the server closed or
+//! that waited too long, so a quiet gateway keeps no half-closed sockets; it ends with the
+//! connections (when a reload replaces the upstream).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -44,6 +51,9 @@ pub const IDLE_FOR: Duration = Duration::from_secs(30);
 
 /// Idle connections kept; one given back beyond it is closed.
 pub const MAX_IDLE: usize = 1024;
+
+/// How often idle connections are looked over.
+pub const REAP_EVERY: Duration = Duration::from_secs(2);
 
 type Io = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
 
@@ -77,6 +87,8 @@ struct IdleConn {
 /// The connections to one legacy server, and how to open more.
 pub struct Conns {
     connector: HttpsConnector<HttpConnector>,
+    /// The scheme and authority every request goes to.
+    origin: (Option<http::uri::Scheme>, Option<http::uri::Authority>),
     idle: Mutex<VecDeque<IdleConn>>,
 }
 
@@ -90,11 +102,55 @@ pub enum SendError {
 }
 
 impl Conns {
-    pub fn new(connector: HttpsConnector<HttpConnector>) -> Arc<Conns> {
-        Arc::new(Conns {
+    /// Connections to the origin of `server`.
+    pub fn new(connector: HttpsConnector<HttpConnector>, server: &http::Uri) -> Arc<Conns> {
+        Self::reaped_every(connector, server, REAP_EVERY)
+    }
+
+    fn reaped_every(
+        connector: HttpsConnector<HttpConnector>,
+        server: &http::Uri,
+        every: Duration,
+    ) -> Arc<Conns> {
+        let conns = Arc::new(Conns {
             connector,
+            origin: (server.scheme().cloned(), server.authority().cloned()),
             idle: Mutex::new(VecDeque::new()),
-        })
+        });
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let weak = Arc::downgrade(&conns);
+            rt.spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    match weak.upgrade() {
+                        Some(conns) => conns.reap(),
+                        None => return,
+                    }
+                }
+            });
+        }
+        conns
+    }
+
+    /// Closes the idle connections the server closed or that waited [`IDLE_FOR`].
+    fn reap(&self) {
+        let mut closed = Vec::new();
+        {
+            let mut idle = self.idle();
+            let mut keep = VecDeque::with_capacity(idle.len());
+            for mut c in idle.drain(..) {
+                if c.since.elapsed() < IDLE_FOR && c.conn.still_open() {
+                    keep.push_back(c);
+                } else {
+                    closed.push(c);
+                }
+            }
+            *idle = keep;
+        }
+        // Closed outside the lock.
+        drop(closed);
     }
 
     fn idle(&self) -> std::sync::MutexGuard<'_, VecDeque<IdleConn>> {
@@ -163,6 +219,11 @@ impl Conns {
         uri: &http::Uri,
         mut req: Request<Full<Bytes>>,
     ) -> Result<Response<ConnBody>, SendError> {
+        if (uri.scheme(), uri.authority()) != (self.origin.0.as_ref(), self.origin.1.as_ref()) {
+            return Err(SendError::Connect(
+                format!("{uri} is not on the legacy server's origin").into(),
+            ));
+        }
         // A reused connection may have been closed under us; a new one is tried once.
         let mut reused = true;
         loop {
@@ -278,7 +339,8 @@ mod tests {
 
     /// A keep-alive HTTP/1 server on loopback answering every request with `body`, on a
     /// runtime of its own (so the test's runtime holds only the client's tasks); counts the
-    /// connections it accepted. After `close_after` requests on a connection it closes it.
+    /// connections it accepted. After `close_after` requests on a connection it closes it,
+    /// 100 ms after the last response.
     fn server(body: &'static str, close_after: usize) -> (String, Arc<AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -318,6 +380,8 @@ mod tests {
                                 }
                                 served += 1;
                                 if served == close_after {
+                                    // A moment later, as a server's keep-alive timer would.
+                                    tokio::time::sleep(Duration::from_millis(100)).await;
                                     return;
                                 }
                             }
@@ -329,7 +393,11 @@ mod tests {
         (format!("http://{addr}/mcp"), accepted)
     }
 
-    fn conns() -> Arc<Conns> {
+    fn conns(server: &http::Uri) -> Arc<Conns> {
+        conns_reaped_every(server, REAP_EVERY)
+    }
+
+    fn conns_reaped_every(server: &http::Uri, every: Duration) -> Arc<Conns> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -339,12 +407,14 @@ mod tests {
         .unwrap()
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_no_client_auth();
-        Conns::new(
+        Conns::reaped_every(
             hyper_rustls::HttpsConnectorBuilder::new()
                 .with_tls_config(tls)
                 .https_or_http()
                 .enable_http1()
                 .wrap_connector(http),
+            server,
+            every,
         )
     }
 
@@ -365,7 +435,7 @@ mod tests {
     async fn a_connection_read_to_its_end_serves_the_next_request() {
         let (url, accepted) = server("hello", usize::MAX);
         let uri: http::Uri = url.parse().unwrap();
-        let conns = conns();
+        let conns = conns(&uri);
         for _ in 0..5 {
             let resp = conns.send(&uri, get(&uri)).await.unwrap();
             assert_eq!(read_all(resp).await, "hello");
@@ -382,7 +452,7 @@ mod tests {
     async fn a_body_dropped_before_its_end_closes_its_connection() {
         let (url, accepted) = server("a longer body than nobody reads", usize::MAX);
         let uri: http::Uri = url.parse().unwrap();
-        let conns = conns();
+        let conns = conns(&uri);
         let resp = conns.send(&uri, get(&uri)).await.unwrap();
         drop(resp);
         assert_eq!(conns.idle_count(), 0, "not given back mid-response");
@@ -395,7 +465,7 @@ mod tests {
     async fn an_empty_body_dropped_unread_gives_its_connection_back() {
         let (url, accepted) = server("", usize::MAX);
         let uri: http::Uri = url.parse().unwrap();
-        let conns = conns();
+        let conns = conns(&uri);
         for _ in 0..3 {
             let resp = conns.send(&uri, get(&uri)).await.unwrap();
             assert_eq!(resp.status(), 200);
@@ -409,14 +479,49 @@ mod tests {
         // keep-alive does between calls.
         let (url, accepted) = server("once", 1);
         let uri: http::Uri = url.parse().unwrap();
-        let conns = conns();
+        let conns = conns(&uri);
         for _ in 0..3 {
             let resp = conns.send(&uri, get(&uri)).await.unwrap();
             assert_eq!(read_all(resp).await, "once");
             // Let the server's close arrive.
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn idle_connections_the_server_closed_are_closed_without_traffic() {
+        let (url, _) = server("bye", 1);
+        let uri: http::Uri = url.parse().unwrap();
+        let conns = conns_reaped_every(&uri, Duration::from_millis(20));
+        let resp = conns.send(&uri, get(&uri)).await.unwrap();
+        assert_eq!(read_all(resp).await, "bye");
+        // Given back while the server's close is still on its way.
+        assert_eq!(conns.idle_count(), 1);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while conns.idle_count() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(conns.idle_count(), 0, "the closed connection is gone");
+    }
+
+    #[tokio::test]
+    async fn a_request_for_another_origin_is_refused() {
+        let (url, accepted) = server("here", usize::MAX);
+        let uri: http::Uri = url.parse().unwrap();
+        let conns = conns(&uri);
+        let resp = conns.send(&uri, get(&uri)).await.unwrap();
+        assert_eq!(read_all(resp).await, "here");
+        let (other, other_accepted) = server("elsewhere", usize::MAX);
+        let other: http::Uri = other.parse().unwrap();
+        let e = conns
+            .send(&other, get(&other))
+            .await
+            .err()
+            .expect("refused");
+        assert!(format!("{e:?}").contains("origin"), "{e:?}");
+        assert_eq!(other_accepted.load(Ordering::SeqCst), 0);
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
@@ -425,7 +530,7 @@ mod tests {
         // whole (the connection is polled by whoever reads the body).
         let (url, _) = server("driven", usize::MAX);
         let uri: http::Uri = url.parse().unwrap();
-        let conns = conns();
+        let conns = conns(&uri);
         let before = tokio::runtime::Handle::current()
             .metrics()
             .num_alive_tasks();
