@@ -86,7 +86,7 @@ impl Conn {
 }
 
 struct IdleConn {
-    conn: Conn,
+    conn: Box<Conn>,
     since: Instant,
 }
 
@@ -169,7 +169,7 @@ impl Conns {
     }
 
     /// The most recently given back idle connection that is still open.
-    fn take(&self) -> Option<Conn> {
+    fn take(&self) -> Option<Box<Conn>> {
         let mut idle = self.idle();
         while let Some(IdleConn { mut conn, since }) = idle.pop_back() {
             if since.elapsed() < IDLE_FOR && conn.reusable() {
@@ -179,7 +179,7 @@ impl Conns {
         None
     }
 
-    fn give_back(&self, mut conn: Conn) {
+    fn give_back(&self, mut conn: Box<Conn>) {
         if !conn.reusable() {
             return;
         }
@@ -199,7 +199,7 @@ impl Conns {
     /// Opens a connection. The connector's future is not `Sync`, which the futures that read
     /// a session must be, so it runs as a task of its own (only when no idle connection was
     /// there), stopped if the caller gives up.
-    async fn connect(&self, uri: &http::Uri) -> Result<Conn, SendError> {
+    async fn connect(&self, uri: &http::Uri) -> Result<Box<Conn>, SendError> {
         let mut connector = self.connector.clone();
         let uri = uri.clone();
         let opening = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
@@ -210,7 +210,7 @@ impl Conns {
             let (sender, io) = hyper::client::conn::http1::handshake(io)
                 .await
                 .map_err(SendError::Http)?;
-            Ok(Conn { sender, io })
+            Ok(Box::new(Conn { sender, io }))
         }));
         match opening.await {
             Ok(r) => r,
@@ -287,8 +287,10 @@ impl Conns {
 pub struct ConnBody {
     /// `None` only once a drop has handed it on.
     body: Option<Incoming>,
-    /// `None` once the connection has ended or been given back.
-    conn: Option<Conn>,
+    /// `None` once the connection has ended or been given back. Boxed: the connection's
+    /// state is large (its I/O type has room for a TLS session even over plain TCP), and a
+    /// body is moved and held inline by the futures that read it.
+    conn: Option<Box<Conn>>,
     conns: Arc<Conns>,
     /// The response ends on its own (not a GET stream): dropped before its end, it is read
     /// to its end for a moment (see [`FINISH_WITHIN`]).
@@ -645,6 +647,13 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(conns.idle_count(), 0, "the closed connection is gone");
+    }
+
+    #[test]
+    fn a_body_holds_its_connection_by_pointer() {
+        // The futures that read a body hold it inline, some in more than one state; a body
+        // that held the connection's state inline (1,776 bytes here) is copied with them.
+        assert!(std::mem::size_of::<ConnBody>() <= 128);
     }
 
     #[tokio::test]
