@@ -808,14 +808,7 @@ async fn sigterm_drains_in_flight_calls_refuses_new_ones_and_exits_zero() {
         ),
     )
     .unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
-        .args(["serve", "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = serve(&cfg);
     let url = format!("http://127.0.0.1:{port}/mcp");
     let admin_url = format!("http://127.0.0.1:{admin}");
     assert!(
@@ -875,6 +868,18 @@ async fn sigterm_drains_in_flight_calls_refuses_new_ones_and_exits_zero() {
         .unwrap();
     assert!(status.success(), "{status:?}");
     legacy.shutdown().await;
+}
+
+/// The gateway binary serving `cfg`, its output discarded, killed when dropped.
+fn serve(cfg: &Path) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
+        .args(["serve", "--config"])
+        .arg(cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
 }
 
 async fn eventually_async<F, Fut>(timeout: Duration, mut cond: F) -> bool
@@ -1050,14 +1055,7 @@ async fn worker_threads_set_the_runtime_and_the_gauge_shows_them() {
         ),
     )
     .unwrap();
-    let _child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mrtr-gateway"))
-        .args(["serve", "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let _child = serve(&cfg);
     let metrics = format!("http://127.0.0.1:{admin}/metrics");
     let mut gauge = None;
     for _ in 0..200 {

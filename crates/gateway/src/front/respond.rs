@@ -154,6 +154,13 @@ impl<F: Future<Output = Result<Value, Rejection>> + Send + 'static> Drop for Inl
     }
 }
 
+/// How a streamed answer learns its outcome: from the work's task, or already known (the work
+/// ended in the poll that emitted its first notifications).
+enum Ending {
+    Task(tokio::task::JoinHandle<Result<Value, Rejection>>),
+    Done(Result<Value, Rejection>),
+}
+
 /// Runs `work` and answers with JSON, or with SSE once `work` emits a notification first.
 /// `on_done` sees the outcome once (for metrics), whichever way it is delivered, and always
 /// in the request's context (a streamed answer ends outside the request's task).
@@ -211,11 +218,6 @@ where
     // fast the client reads the stream (the stream's channel holds what it has not read).
     let ending = ending.unwrap_or_else(|| Ending::Task(work.into_task()));
 
-    /// How the stream learns the outcome.
-    enum Ending {
-        Task(tokio::task::JoinHandle<Result<Value, Rejection>>),
-        Done(Result<Value, Rejection>),
-    }
     struct StreamState<D> {
         first: Option<Value>,
         rx: mpsc::Receiver<Value>,

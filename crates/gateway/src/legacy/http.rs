@@ -138,20 +138,8 @@ impl UpstreamHttp {
         let timeout = self.limits.response_timeout;
         match tokio::time::timeout(timeout, self.conns.send(uri, req)).await {
             Err(_) => Err(HttpError::Timeout(timeout)),
-            Ok(Err(SendError::Connect(e))) => Err(match TlsFailure::find(e.as_ref()) {
-                Some(failure) => HttpError::Tls {
-                    failure,
-                    detail: error_chain(e.as_ref()),
-                },
-                None => HttpError::Connect(error_chain(e.as_ref())),
-            }),
-            Ok(Err(SendError::Http(e))) => Err(match TlsFailure::find(&e) {
-                Some(failure) => HttpError::Tls {
-                    failure,
-                    detail: error_chain(&e),
-                },
-                None => HttpError::Connect(error_chain(&e)),
-            }),
+            Ok(Err(SendError::Connect(e))) => Err(connect_error(e.as_ref())),
+            Ok(Err(SendError::Http(e))) => Err(connect_error(&e)),
             Ok(Ok(resp)) => Ok(resp),
         }
     }
@@ -204,6 +192,17 @@ pub async fn read_body(
                 }
             }
         }
+    }
+}
+
+/// A failure to reach the server or to exchange with it, as a TLS failure when one caused it.
+fn connect_error(e: &(dyn std::error::Error + 'static)) -> HttpError {
+    match TlsFailure::find(e) {
+        Some(failure) => HttpError::Tls {
+            failure,
+            detail: error_chain(e),
+        },
+        None => HttpError::Connect(error_chain(e)),
     }
 }
 

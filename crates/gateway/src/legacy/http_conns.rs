@@ -163,8 +163,9 @@ impl Conns {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Idle connections now (for tests and the pool's health).
-    pub fn idle_count(&self) -> usize {
+    /// Idle connections now.
+    #[cfg(test)]
+    fn idle_count(&self) -> usize {
         self.idle().len()
     }
 

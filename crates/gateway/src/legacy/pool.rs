@@ -347,8 +347,19 @@ impl<T: GivenBack> IdleSet<T> {
         self.by_key.values().flatten()
     }
 
-    fn iter_mut(&mut self) -> impl Iterator<Item = (&PoolKey, &mut Vec<T>)> {
-        self.by_key.iter_mut()
+    /// Replaces, in place, each entry of every key `due` accepts with what `f` makes of it;
+    /// no entry comes or goes, so the counts stay right. Keys with no entry `due` accepts are
+    /// left as they are.
+    fn replace_where(&mut self, due: impl Fn(&T) -> bool, f: impl Fn(&PoolKey, T) -> T) {
+        for (key, list) in self.by_key.iter_mut() {
+            if !list.iter().any(&due) {
+                continue;
+            }
+            *list = std::mem::take(list)
+                .into_iter()
+                .map(|i| if due(&i) { f(key, i) } else { i })
+                .collect();
+        }
     }
 }
 
@@ -486,25 +497,10 @@ impl SessionPool {
     fn watch_due(&self) {
         let after = self.read_after();
         let relay = self.relay.as_ref();
-        let mut map = self.lock();
-        for (key, list) in map.iter_mut() {
-            if !list
-                .iter()
-                .any(|i| matches!(i.reading, Reading::Resting(_)) && i.since.elapsed() >= after)
-            {
-                continue;
-            }
-            *list = std::mem::take(list)
-                .into_iter()
-                .map(|i| {
-                    if i.since.elapsed() >= after {
-                        i.watch(relay, &key.scope)
-                    } else {
-                        i
-                    }
-                })
-                .collect();
-        }
+        self.lock().replace_where(
+            |i| matches!(i.reading, Reading::Resting(_)) && i.since.elapsed() >= after,
+            |key, i| i.watch(relay, &key.scope),
+        );
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, IdleSet> {
