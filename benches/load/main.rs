@@ -281,6 +281,7 @@ async fn measure(
         .metric("mrtr_gateway_legacy_sessions_opened_total", &[])
         .await?;
     let discards_before = gw.metric("mrtr_gateway_pool_discards_total", &[]).await?;
+    let conns_before = upstream_conns(gw).await?;
     let cpu = |path: compare::Path| match path {
         compare::Path::Direct => (0.0, 0.0),
         compare::Path::Nginx => hop.cpu_seconds(),
@@ -303,11 +304,12 @@ async fn measure(
         - opened_before;
     let discarded = gw.metric("mrtr_gateway_pool_discards_total", &[]).await? - discards_before;
     let served: u64 = comparison.flows.iter().map(|f| f.gateway.calls).sum();
+    let conns = upstream_conns(gw).await?.since(&conns_before);
 
     let setup = format!(
         "mrtr-load: {} clients; {} rounds of {:?} slices per scenario after {:?} warm-up each; \
          gateway = child process (release mrtr-gateway serve, gather_window {}, gather_quiet {}, parking {}, log.level {}); \
-         legacy server and clients in this process; {} CPUs; gateway clients declare {} and are {}; nginx with {}; the gateway opened {} legacy sessions and discarded {} from its pool over {} measured calls",
+         legacy server and clients in this process; {} CPUs; gateway clients declare {} and are {}; nginx with {}; the gateway opened {} legacy sessions and discarded {} from its pool over {} measured calls; upstream connections {}",
         clients,
         rounds,
         args.slice,
@@ -335,6 +337,7 @@ async fn measure(
         opened,
         discarded,
         served,
+        conns.describe(),
     );
     let setup_json = json!({
         "clients": clients,
@@ -351,10 +354,93 @@ async fn measure(
         "legacy_sessions_opened": opened,
         "pool_discards": discarded,
         "gateway_calls_measured": served,
+        "upstream_connections": conns.to_json(),
         "gateway": "child process: release mrtr-gateway serve",
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
     });
     Ok((comparison, setup, setup_json))
+}
+
+/// The gateway's upstream connection counters: opened by method, closed by reason (all zero
+/// on a build that does not count them).
+struct UpstreamConns {
+    opened: Vec<(&'static str, f64)>,
+    closed: Vec<(&'static str, f64)>,
+}
+
+const OPENED_FOR: [&str; 4] = ["GET", "POST", "DELETE", "other"];
+const CLOSED_FOR: [&str; 6] = [
+    "unfinished",
+    "server_closed",
+    "idle_timeout",
+    "idle_full",
+    "failed",
+    "released",
+];
+
+async fn upstream_conns(gw: &GatewayChild) -> Result<UpstreamConns, String> {
+    let mut opened = Vec::new();
+    for m in OPENED_FOR {
+        let n = gw
+            .metric(
+                "mrtr_gateway_upstream_connections_opened_total",
+                &[("method", m)],
+            )
+            .await?;
+        opened.push((m, n));
+    }
+    let mut closed = Vec::new();
+    for r in CLOSED_FOR {
+        let n = gw
+            .metric(
+                "mrtr_gateway_upstream_connections_closed_total",
+                &[("reason", r)],
+            )
+            .await?;
+        closed.push((r, n));
+    }
+    Ok(UpstreamConns { opened, closed })
+}
+
+impl UpstreamConns {
+    fn since(&self, before: &UpstreamConns) -> UpstreamConns {
+        let minus = |now: &[(&'static str, f64)], then: &[(&'static str, f64)]| {
+            now.iter()
+                .zip(then)
+                .map(|((k, a), (_, b))| (*k, a - b))
+                .collect()
+        };
+        UpstreamConns {
+            opened: minus(&self.opened, &before.opened),
+            closed: minus(&self.closed, &before.closed),
+        }
+    }
+
+    fn describe(&self) -> String {
+        let list = |v: &[(&str, f64)]| {
+            v.iter()
+                .filter(|(_, n)| *n > 0.0)
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "opened {} ({}), closed {} ({})",
+            self.opened.iter().map(|(_, n)| n).sum::<f64>(),
+            list(&self.opened),
+            self.closed.iter().map(|(_, n)| n).sum::<f64>(),
+            list(&self.closed)
+        )
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        let map = |v: &[(&str, f64)]| {
+            v.iter()
+                .map(|(k, n)| (k.to_string(), json!(n)))
+                .collect::<serde_json::Map<_, _>>()
+        };
+        json!({"opened": map(&self.opened), "closed": map(&self.closed)})
+    }
 }
 
 async fn otlp_run(

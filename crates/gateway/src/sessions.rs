@@ -36,7 +36,11 @@ impl Sessions {
         metrics: Arc<SessionMetrics>,
         limits: LimitHits,
     ) -> Sessions {
-        let upstream = Upstream::from_config(&config.load().upstream, limits.clone());
+        let upstream = Upstream::from_config(
+            &config.load().upstream,
+            limits.clone(),
+            metrics.connections(),
+        );
         Sessions {
             upstream: ArcSwap::from_pointee(upstream),
             pool,
@@ -73,8 +77,8 @@ impl Sessions {
             let upstream = crate::config::redact::redacted_url(&new.url);
             tracing::info!(%upstream, "upstream changed; new calls use it");
             let hits = self.limits.clone();
-            self.upstream
-                .store(Arc::new(Upstream::from_config(new, hits)));
+            let upstream = Upstream::from_config(new, hits, self.metrics.connections());
+            self.upstream.store(Arc::new(upstream));
             let pool = self.pool.clone();
             tokio::spawn(async move { pool.clear().await });
             // Another server, or another way to it: learn its roots handling anew. A reload

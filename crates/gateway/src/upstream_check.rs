@@ -221,7 +221,7 @@ async fn probe(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::LimitHits;
+    use crate::metrics::{ConnMetrics, LimitHits};
 
     fn counter() -> IntCounterVec {
         IntCounterVec::new(prometheus::Opts::new("checks", "checks"), &["result"]).unwrap()
@@ -240,7 +240,11 @@ mod tests {
         );
         let cfg = crate::config::Config::from_toml_str(&text, &[], None).unwrap();
         let hits = LimitHits::new(counter());
-        Arc::new(Upstream::from_config(&cfg.upstream, hits))
+        Arc::new(Upstream::from_config(
+            &cfg.upstream,
+            hits,
+            ConnMetrics::none(),
+        ))
     }
 
     fn timing(cache: Duration) -> CheckTiming {

@@ -12,7 +12,7 @@ use super::handshake::VersionMemory;
 pub use super::http_conns::ConnBody as UpstreamBody;
 use super::http_conns::{Conns, SendError};
 use crate::config::UpstreamConfig;
-use crate::metrics::LimitHits;
+use crate::metrics::{ConnMetrics, LimitHits};
 use crate::tls::upstream::TlsFailure;
 
 /// Why talking to the legacy server failed, at the HTTP level.
@@ -59,7 +59,9 @@ pub struct UpstreamHttp {
 }
 
 impl UpstreamHttp {
-    pub fn new(cfg: &UpstreamConfig, hits: LimitHits) -> UpstreamHttp {
+    /// The client `cfg` describes; limits it enforces are counted in `hits`, its connections
+    /// in `conns`.
+    pub fn new(cfg: &UpstreamConfig, hits: LimitHits, conns: ConnMetrics) -> UpstreamHttp {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(cfg.connect_timeout));
         connector.set_nodelay(true);
@@ -83,7 +85,7 @@ impl UpstreamHttp {
             .wrap_connector(connector);
         let uri: http::Uri = cfg.url.as_str().parse().expect("validated URL");
         UpstreamHttp {
-            conns: Conns::new(https, &uri),
+            conns: Conns::new(https, &uri, conns),
             uri,
             url: cfg.url.clone(),
             limits: UpstreamLimits {

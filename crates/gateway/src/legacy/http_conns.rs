@@ -32,6 +32,10 @@
 //! task looks over the idle ones every [`REAP_EVERY`] and closes those the server closed or
 //! that waited too long, so a quiet gateway keeps no half-closed sockets; it ends with the
 //! connections (when a reload replaces the upstream).
+//!
+//! Every connection is counted when it opens (by the method of the request that found no idle
+//! one) and when it closes, by why ([`ConnClose`]): a close is counted where the connection is
+//! dropped, whichever path drops it, so opened minus closed is always what is open.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -51,6 +55,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use tower_service::Service;
 
+use crate::metrics::{ConnClose, ConnMetrics};
+
 /// How long a connection may sit idle before it is closed (the server's own keep-alive is
 /// often shorter; a connection it closed is passed over when taken).
 pub const IDLE_FOR: Duration = Duration::from_secs(30);
@@ -67,21 +73,47 @@ type Io = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
 struct Conn {
     sender: SendRequest<Full<Bytes>>,
     io: Connection<Io, Full<Bytes>>,
+    /// Counted closed when dropped, for the reason last set.
+    closing: Closing,
+}
+
+/// Counts its connection closed when dropped: every connection is dropped once, wherever.
+struct Closing {
+    metrics: ConnMetrics,
+    why: ConnClose,
+}
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        self.metrics.closed(self.why);
+    }
 }
 
 impl Conn {
-    /// Polls the connection once without waiting; false when it has ended.
-    fn still_open(&mut self) -> bool {
+    /// Why the connection cannot take a request now, if it cannot: polled once, without
+    /// waiting, it has ended or is still busy with the last one.
+    fn unusable(&mut self) -> Option<ConnClose> {
         let mut cx = Context::from_waker(Waker::noop());
         match Pin::new(&mut self.io).poll(&mut cx) {
-            Poll::Ready(_) => false,
-            Poll::Pending => !self.sender.is_closed(),
+            Poll::Ready(r) => Some(ended(r)),
+            Poll::Pending if self.sender.is_closed() || !self.sender.is_ready() => {
+                Some(ConnClose::ServerClosed)
+            }
+            Poll::Pending => None,
         }
     }
 
-    /// Ready for the next request: the connection is open and has finished the last one.
-    fn reusable(&mut self) -> bool {
-        self.still_open() && self.sender.is_ready()
+    /// Closes the connection (drops it), counted for `why`.
+    fn close(mut self: Box<Self>, why: ConnClose) {
+        self.closing.why = why;
+    }
+}
+
+/// Why a connection whose future returned `r` ended.
+fn ended(r: hyper::Result<()>) -> ConnClose {
+    match r {
+        Ok(()) => ConnClose::ServerClosed,
+        Err(_) => ConnClose::Failed,
     }
 }
 
@@ -96,6 +128,7 @@ pub struct Conns {
     /// The scheme and authority every request goes to.
     origin: (Option<http::uri::Scheme>, Option<http::uri::Authority>),
     idle: Mutex<VecDeque<IdleConn>>,
+    metrics: ConnMetrics,
 }
 
 /// Why a request did not get a response head.
@@ -108,20 +141,26 @@ pub enum SendError {
 }
 
 impl Conns {
-    /// Connections to the origin of `server`.
-    pub fn new(connector: HttpsConnector<HttpConnector>, server: &http::Uri) -> Arc<Conns> {
-        Self::reaped_every(connector, server, REAP_EVERY)
+    /// Connections to the origin of `server`, counted in `metrics`.
+    pub fn new(
+        connector: HttpsConnector<HttpConnector>,
+        server: &http::Uri,
+        metrics: ConnMetrics,
+    ) -> Arc<Conns> {
+        Self::reaped_every(connector, server, metrics, REAP_EVERY)
     }
 
     fn reaped_every(
         connector: HttpsConnector<HttpConnector>,
         server: &http::Uri,
+        metrics: ConnMetrics,
         every: Duration,
     ) -> Arc<Conns> {
         let conns = Arc::new(Conns {
             connector,
             origin: (server.scheme().cloned(), server.authority().cloned()),
             idle: Mutex::new(VecDeque::new()),
+            metrics,
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let weak = Arc::downgrade(&conns);
@@ -147,10 +186,16 @@ impl Conns {
             let mut idle = self.idle();
             let mut keep = VecDeque::with_capacity(idle.len());
             for mut c in idle.drain(..) {
-                if c.since.elapsed() < IDLE_FOR && c.conn.still_open() {
-                    keep.push_back(c);
-                } else {
-                    closed.push(c);
+                let why = match c.since.elapsed() >= IDLE_FOR {
+                    true => Some(ConnClose::IdleTimeout),
+                    false => c.conn.unusable(),
+                };
+                match why {
+                    None => keep.push_back(c),
+                    Some(why) => {
+                        c.conn.closing.why = why;
+                        closed.push(c);
+                    }
                 }
             }
             *idle = keep;
@@ -173,23 +218,39 @@ impl Conns {
     fn take(&self) -> Option<Box<Conn>> {
         let mut idle = self.idle();
         while let Some(IdleConn { mut conn, since }) = idle.pop_back() {
-            if since.elapsed() < IDLE_FOR && conn.reusable() {
-                return Some(conn);
+            let why = match since.elapsed() >= IDLE_FOR {
+                true => Some(ConnClose::IdleTimeout),
+                false => conn.unusable(),
+            };
+            match why {
+                Some(why) => conn.close(why),
+                None => {
+                    conn.closing.why = ConnClose::Unfinished;
+                    return Some(conn);
+                }
             }
         }
         None
     }
 
     fn give_back(&self, mut conn: Box<Conn>) {
-        if !conn.reusable() {
+        if let Some(why) = conn.unusable() {
+            // The server closed it, or said it would (`Connection: close`).
+            conn.close(why);
             return;
         }
+        // Counted so if it is still idle when these connections are let go.
+        conn.closing.why = ConnClose::Released;
         let mut idle = self.idle();
         while idle.front().is_some_and(|c| c.since.elapsed() >= IDLE_FOR) {
-            idle.pop_front();
+            if let Some(c) = idle.pop_front() {
+                c.conn.close(ConnClose::IdleTimeout);
+            }
         }
-        if idle.len() >= MAX_IDLE {
-            idle.pop_front();
+        if idle.len() >= MAX_IDLE
+            && let Some(c) = idle.pop_front()
+        {
+            c.conn.close(ConnClose::IdleFull);
         }
         idle.push_back(IdleConn {
             conn,
@@ -200,9 +261,15 @@ impl Conns {
     /// Opens a connection. The connector's future is not `Sync`, which the futures that read
     /// a session must be, so it runs as a task of its own (only when no idle connection was
     /// there), stopped if the caller gives up.
-    async fn connect(&self, uri: &http::Uri) -> Result<Box<Conn>, SendError> {
+    async fn connect(
+        &self,
+        uri: &http::Uri,
+        method: &http::Method,
+    ) -> Result<Box<Conn>, SendError> {
         let mut connector = self.connector.clone();
         let uri = uri.clone();
+        let metrics = self.metrics.clone();
+        let method = method.clone();
         let opening = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
             std::future::poll_fn(|cx| connector.poll_ready(cx))
                 .await
@@ -211,7 +278,15 @@ impl Conns {
             let (sender, io) = hyper::client::conn::http1::handshake(io)
                 .await
                 .map_err(SendError::Http)?;
-            Ok(Box::new(Conn { sender, io }))
+            metrics.opened(&method);
+            Ok(Box::new(Conn {
+                sender,
+                io,
+                closing: Closing {
+                    metrics,
+                    why: ConnClose::Unfinished,
+                },
+            }))
         }));
         match opening.await {
             Ok(r) => r,
@@ -239,25 +314,28 @@ impl Conns {
                 Some(c) => c,
                 None => {
                     reused = false;
-                    self.connect(uri).await?
+                    self.connect(uri, req.method()).await?
                 }
             };
             let sent = conn.sender.try_send_request(req);
             tokio::pin!(sent);
             let head = std::future::poll_fn(|cx| {
                 if let Poll::Ready(r) = sent.as_mut().poll(cx) {
-                    return Poll::Ready(Some(r));
+                    return Poll::Ready(Ok(r));
                 }
                 match Pin::new(&mut conn.io).poll(cx) {
                     // The connection ended; the request's future now says how.
-                    Poll::Ready(_) => Poll::Ready(None),
+                    Poll::Ready(r) => Poll::Ready(Err(ended(r))),
                     Poll::Pending => Poll::Pending,
                 }
             })
             .await;
             let head = match head {
-                Some(r) => r,
-                None => sent.await,
+                Ok(r) => r,
+                Err(why) => {
+                    conn.closing.why = why;
+                    sent.await
+                }
             };
             match head {
                 Ok(resp) => {
@@ -274,10 +352,17 @@ impl Conns {
                 }
                 Err(mut e) => match e.take_message() {
                     Some(back) if reused => {
+                        // Closed under us before the request was written.
+                        conn.close(ConnClose::ServerClosed);
                         req = back;
                         reused = false;
                     }
-                    _ => return Err(SendError::Http(e.into_error())),
+                    _ => {
+                        if conn.closing.why == ConnClose::Unfinished {
+                            conn.closing.why = ConnClose::Failed;
+                        }
+                        return Err(SendError::Http(e.into_error()));
+                    }
                 },
             }
         }
@@ -316,9 +401,10 @@ impl Body for ConnBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = &mut *self;
         if let Some(conn) = &mut this.conn
-            && Pin::new(&mut conn.io).poll(cx).is_ready()
+            && let Poll::Ready(r) = Pin::new(&mut conn.io).poll(cx)
         {
             // Ended: what it read is in the body already, and the body says how it ended.
+            conn.closing.why = ended(r);
             this.conn = None;
         }
         let Some(body) = &mut this.body else {
@@ -368,8 +454,9 @@ impl Drop for ConnBody {
                 break;
             }
             if let Some(conn) = &mut self.conn
-                && Pin::new(&mut conn.io).poll(&mut cx).is_ready()
+                && let Poll::Ready(r) = Pin::new(&mut conn.io).poll(&mut cx)
             {
+                conn.closing.why = ended(r);
                 self.conn = None;
                 break;
             }
@@ -501,6 +588,10 @@ mod tests {
     }
 
     fn conns_reaped_every(server: &http::Uri, every: Duration) -> Arc<Conns> {
+        counted_conns(server, ConnMetrics::none(), every)
+    }
+
+    fn counted_conns(server: &http::Uri, metrics: ConnMetrics, every: Duration) -> Arc<Conns> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -517,6 +608,7 @@ mod tests {
                 .enable_http1()
                 .wrap_connector(http),
             server,
+            metrics,
             every,
         )
     }
@@ -697,5 +789,60 @@ mod tests {
             "sending spawned no task"
         );
         assert_eq!(read_all(resp).await, "driven");
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_counted_open_until_it_is_let_go() {
+        let (url, accepted) = server("hello", usize::MAX);
+        let uri: http::Uri = url.parse().unwrap();
+        let metrics = ConnMetrics::counting();
+        let conns = counted_conns(&uri, metrics.clone(), REAP_EVERY);
+        for _ in 0..3 {
+            let resp = conns.send(&uri, get(&uri)).await.unwrap();
+            assert_eq!(read_all(resp).await, "hello");
+        }
+        let mut post = get(&uri);
+        *post.method_mut() = http::Method::POST;
+        assert_eq!(
+            read_all(conns.send(&uri, post).await.unwrap()).await,
+            "hello"
+        );
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(metrics.counts("GET", ConnClose::Released), (1, 0, 1));
+        assert_eq!(metrics.counts("POST", ConnClose::Unfinished), (0, 0, 1));
+        drop(conns);
+        assert_eq!(metrics.counts("GET", ConnClose::Released), (1, 1, 0));
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_mid_response_is_counted_unfinished() {
+        let (url, _) = server_with(
+            "a body that is not read to its end",
+            usize::MAX,
+            Some(Duration::from_millis(200)),
+        );
+        let uri: http::Uri = url.parse().unwrap();
+        let metrics = ConnMetrics::counting();
+        let conns = counted_conns(&uri, metrics.clone(), REAP_EVERY);
+        drop(conns.send(&uri, get(&uri)).await.unwrap());
+        assert_eq!(metrics.counts("GET", ConnClose::Unfinished), (1, 1, 0));
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_is_counted_so() {
+        let (url, _) = server("bye", 1);
+        let uri: http::Uri = url.parse().unwrap();
+        let metrics = ConnMetrics::counting();
+        let conns = counted_conns(&uri, metrics.clone(), Duration::from_millis(20));
+        assert_eq!(
+            read_all(conns.send(&uri, get(&uri)).await.unwrap()).await,
+            "bye"
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while conns.idle_count() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(metrics.counts("GET", ConnClose::ServerClosed), (1, 1, 0));
+        assert_eq!(metrics.counts("GET", ConnClose::Released), (1, 0, 0));
     }
 }

@@ -12,7 +12,7 @@ use super::stdio_upstream::StdioUpstream;
 use super::streamable_http::HttpSession;
 use crate::config::redact::redacted_url;
 use crate::config::{UpstreamConfig, UpstreamTransport};
-use crate::metrics::LimitHits;
+use crate::metrics::{ConnMetrics, LimitHits};
 use mrtr_wire::capabilities::Declared;
 
 pub enum Upstream {
@@ -25,13 +25,14 @@ pub enum Upstream {
 }
 
 impl Upstream {
-    /// The upstream `cfg` describes; limits it enforces are counted in `hits`.
-    pub fn from_config(cfg: &UpstreamConfig, hits: LimitHits) -> Upstream {
+    /// The upstream `cfg` describes; limits it enforces are counted in `hits`, HTTP
+    /// connections to it in `conns`.
+    pub fn from_config(cfg: &UpstreamConfig, hits: LimitHits, conns: ConnMetrics) -> Upstream {
         match cfg.transport {
             UpstreamTransport::StreamableHttp => {
-                Upstream::Http(Arc::new(UpstreamHttp::new(cfg, hits)))
+                Upstream::Http(Arc::new(UpstreamHttp::new(cfg, hits, conns)))
             }
-            UpstreamTransport::Sse => Upstream::Sse(Arc::new(UpstreamHttp::new(cfg, hits))),
+            UpstreamTransport::Sse => Upstream::Sse(Arc::new(UpstreamHttp::new(cfg, hits, conns))),
             UpstreamTransport::Stdio => Upstream::Stdio(Arc::new(StdioUpstream::new(cfg, hits))),
         }
     }

@@ -7,8 +7,8 @@
 //! The families are grouped by the layer that records them, each group a small handle with
 //! private families and one method per thing that happened: [`FrontMetrics`] (the MCP front),
 //! [`EngineMetrics`] (the MRTR engine, with the policy stage's [`PolicyMetrics`]),
-//! [`ParkingMetrics`] (the parking lot), [`SessionMetrics`] and [`PoolMetrics`] (the legacy
-//! side), [`ProcessMetrics`] (reload, drain, key ring, JWKS), the single-use store's
+//! [`ParkingMetrics`] (the parking lot), [`SessionMetrics`] (with the upstream connections'
+//! [`ConnMetrics`]) and [`PoolMetrics`] (the legacy side), [`ProcessMetrics`] (reload, drain, key ring, JWKS), the single-use store's
 //! [`SingleUseMetrics`], and [`LimitHits`], which every layer that enforces a limit holds.
 //! [`Metrics::new`] registers them all in the one registry; the composition root hands each
 //! runtime only the groups it records into.
@@ -35,7 +35,7 @@ pub use limits::{Limit, LimitHits};
 pub use parking::ParkingMetrics;
 pub use process::ProcessMetrics;
 pub use tasks::{TaskEnd, TaskMetrics};
-pub use upstream::{PoolMetrics, SessionMetrics};
+pub use upstream::{ConnClose, ConnMetrics, PoolMetrics, SessionMetrics};
 
 /// The registry and the groups registered in it.
 pub struct Metrics {

@@ -1,6 +1,9 @@
 //! What the legacy side records: sessions opened, failed and open, readiness checks of the
-//! upstream (both held by [`crate::sessions::Sessions`]), and the pool of warm sessions (held
-//! by [`crate::legacy::pool::SessionPool`]).
+//! upstream (both held by [`crate::sessions::Sessions`]), the HTTP connections to the legacy
+//! server (counted by [`crate::legacy::http_conns`]), and the pool of warm sessions (held by
+//! [`crate::legacy::pool::SessionPool`]).
+
+use std::sync::Arc;
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
 
@@ -13,6 +16,7 @@ pub struct SessionMetrics {
     failed: IntCounterVec,
     active: IntGauge,
     checks: IntCounterVec,
+    connections: ConnMetrics,
 }
 
 impl SessionMetrics {
@@ -35,6 +39,11 @@ impl SessionMetrics {
     /// [`crate::upstream_check::UpstreamCheck`].
     pub fn checks(&self) -> IntCounterVec {
         self.checks.clone()
+    }
+
+    /// Where the HTTP connections to the legacy server are counted.
+    pub fn connections(&self) -> ConnMetrics {
+        self.connections.clone()
     }
 
     pub(super) fn register(r: &Registrar) -> Self {
@@ -65,7 +74,146 @@ impl SessionMetrics {
             failed,
             active,
             checks,
+            connections: ConnMetrics::register(r),
         }
+    }
+}
+
+/// Why the gateway closed an HTTP connection to the legacy server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnClose {
+    /// Its response was dropped before its end (a GET stream given up, a call abandoned, a
+    /// response that did not end within the moment it was given): HTTP/1 cannot reuse it.
+    Unfinished,
+    /// The server closed it (found so when taken, looked over, or read), or said it would.
+    ServerClosed,
+    /// It waited idle longer than the idle limit.
+    IdleTimeout,
+    /// It was given back when the idle set was full.
+    IdleFull,
+    /// The exchange on it failed.
+    Failed,
+    /// It was idle when its client was let go (a reload changed the upstream, or the gateway
+    /// stopped).
+    Released,
+}
+
+impl ConnClose {
+    pub const ALL: [ConnClose; 6] = [
+        ConnClose::Unfinished,
+        ConnClose::ServerClosed,
+        ConnClose::IdleTimeout,
+        ConnClose::IdleFull,
+        ConnClose::Failed,
+        ConnClose::Released,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            ConnClose::Unfinished => "unfinished",
+            ConnClose::ServerClosed => "server_closed",
+            ConnClose::IdleTimeout => "idle_timeout",
+            ConnClose::IdleFull => "idle_full",
+            ConnClose::Failed => "failed",
+            ConnClose::Released => "released",
+        }
+    }
+}
+
+/// The `method` label values of connections opened: the method of the request that found no
+/// idle connection.
+const OPENED_FOR: [&str; 4] = ["GET", "POST", "DELETE", "other"];
+
+/// HTTP connections to the legacy server: opened, closed, open now. A cheap handle; one that
+/// counts nothing stands in where there are no metrics (tools, tests).
+#[derive(Clone, Default)]
+pub struct ConnMetrics(Option<Arc<ConnCounters>>);
+
+/// The series resolved once, so that counting takes no label lookup.
+struct ConnCounters {
+    opened: [IntCounter; OPENED_FOR.len()],
+    closed: [IntCounter; ConnClose::ALL.len()],
+    active: IntGauge,
+}
+
+impl ConnMetrics {
+    /// A handle that counts nothing.
+    pub fn none() -> ConnMetrics {
+        ConnMetrics(None)
+    }
+
+    /// A connection was opened for a request with `method`.
+    pub fn opened(&self, method: &http::Method) {
+        if let Some(c) = &self.0 {
+            let i = match *method {
+                http::Method::GET => 0,
+                http::Method::POST => 1,
+                http::Method::DELETE => 2,
+                _ => 3,
+            };
+            c.opened[i].inc();
+            c.active.inc();
+        }
+    }
+
+    /// A connection was closed, for `why`.
+    pub fn closed(&self, why: ConnClose) {
+        if let Some(c) = &self.0 {
+            let i = ConnClose::ALL
+                .iter()
+                .position(|w| *w == why)
+                .expect("every reason is listed");
+            c.closed[i].inc();
+            c.active.dec();
+        }
+    }
+
+    /// A handle counting into a registry of its own, for tests that read it back.
+    #[cfg(test)]
+    pub fn counting() -> ConnMetrics {
+        ConnMetrics::register(&Registrar(&prometheus::Registry::new()))
+    }
+
+    /// Connections opened for requests with `method` (a label value), closed for `why`,
+    /// and open now.
+    #[cfg(test)]
+    pub fn counts(&self, method: &str, why: ConnClose) -> (u64, u64, i64) {
+        let c = self.0.as_ref().expect("a counting handle");
+        let m = OPENED_FOR
+            .iter()
+            .position(|m| *m == method)
+            .expect("a label");
+        let w = ConnClose::ALL
+            .iter()
+            .position(|w| *w == why)
+            .expect("listed");
+        (c.opened[m].get(), c.closed[w].get(), c.active.get())
+    }
+
+    pub(super) fn register(r: &Registrar) -> ConnMetrics {
+        let opened = r.counter_vec_from_start(
+            "upstream_connections_opened_total",
+            "HTTP connections opened to the legacy server, by the method of the request that \
+             found no idle one.",
+            &["method"],
+            &[&OPENED_FOR],
+        );
+        let reasons = ConnClose::ALL.map(ConnClose::label);
+        let closed = r.counter_vec_from_start(
+            "upstream_connections_closed_total",
+            "HTTP connections to the legacy server closed, by reason.",
+            &["reason"],
+            &[&reasons],
+        );
+        let active = r.gauge(
+            "upstream_connections_active",
+            "HTTP connections to the legacy server open now (in use or idle).",
+        );
+        ConnMetrics(Some(Arc::new(ConnCounters {
+            opened: OPENED_FOR.map(|m| opened.with_label_values(&[m])),
+            closed: reasons.map(|r| closed.with_label_values(&[r])),
+            active,
+        })))
     }
 }
 
