@@ -50,6 +50,8 @@ pub struct StreamContext {
     pub tx: mpsc::Sender<Inbound>,
     /// The server issued no session id.
     pub stateless: bool,
+    /// Cancelled when the session is being closed: a stream that ends then is not reopened.
+    pub closing: tokio_util::sync::CancellationToken,
 }
 
 /// How one connection of a stream ended.
@@ -122,6 +124,8 @@ impl StreamContext {
             let dropped = match self.read_connection(tag, body, &mut cursor).await {
                 ConnectionEnd::Finished => return Ok(()),
                 ConnectionEnd::Fatal(e) => return Err(e),
+                // The session is being deleted: the server ended its streams.
+                ConnectionEnd::Dropped(_) if self.closing.is_cancelled() => return Ok(()),
                 ConnectionEnd::Dropped(error) => error,
             };
             if let StreamTag::Call(_) = tag {

@@ -396,6 +396,10 @@ pub struct SessionPool {
     /// The task has no resting session to wait on: the next one to rest must wake it. Set
     /// before it looks, so a session that starts resting meanwhile is never missed.
     rest_awaited: std::sync::atomic::AtomicBool,
+    /// Sessions being closed in the background: a session the pool refuses or lets go on a
+    /// call's way is closed in a task, so that the call does not wait for its DELETE (or its
+    /// child's exit). [`SessionPool::clear`] waits for them.
+    closing: tokio_util::task::TaskTracker,
 }
 
 impl SessionPool {
@@ -414,7 +418,13 @@ impl SessionPool {
             read_after_us: std::sync::atomic::AtomicU64::new(cfg.idle_read_after.as_micros() as u64),
             resting: tokio::sync::Notify::new(),
             rest_awaited: std::sync::atomic::AtomicBool::new(false),
+            closing: tokio_util::task::TaskTracker::new(),
         }
+    }
+
+    /// Closes a session in a task of its own (see [`SessionPool::closing`]).
+    fn close_later(&self, closing: impl Future<Output = ()> + Send + 'static) {
+        self.closing.spawn(closing);
     }
 
     /// What the gateway learned about roots refreshes on this upstream (reset on reload).
@@ -569,13 +579,14 @@ impl SessionPool {
                 }
                 Some(r) => {
                     self.metrics.discarded(r);
-                    exchange.close().await;
+                    self.close_later(exchange.close());
                 }
             }
         }
     }
 
-    /// Returns a session after a clean completion, or closes it when pooling is off or full.
+    /// Returns a session after a clean completion, or closes it (in the background) when
+    /// pooling is off or full.
     pub async fn checkin(&self, key: PoolKey, lease: Lease, cfg: &PoolConfig) {
         let Lease {
             exchange,
@@ -591,7 +602,7 @@ impl SessionPool {
                 Ok(evicted) => {
                     if let Some((victim, reason)) = evicted {
                         self.metrics.discarded(reason);
-                        victim.close().await;
+                        self.close_later(victim.close());
                     }
                     return;
                 }
@@ -600,7 +611,7 @@ impl SessionPool {
         if let Some(r) = refused {
             self.metrics.discarded(r);
         }
-        exchange.close().await;
+        self.close_later(exchange.close());
     }
 
     /// Keeps `exchange` idle under `key` until it is checked out, making room first:
@@ -724,7 +735,8 @@ impl SessionPool {
         }
     }
 
-    /// Closes every idle session (shutdown, or an upstream change).
+    /// Closes every idle session (shutdown, or an upstream change), and waits for those
+    /// closing in the background.
     pub async fn clear(&self) {
         let all: Vec<Idle> = {
             let mut map = self.lock();
@@ -736,6 +748,9 @@ impl SessionPool {
         for i in all {
             i.close().await;
         }
+        self.closing.close();
+        self.closing.wait().await;
+        self.closing.reopen();
     }
 }
 

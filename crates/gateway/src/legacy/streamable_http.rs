@@ -16,6 +16,7 @@
 //! servers (see `http_stream`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::legacy::http::UpstreamBody;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -46,6 +47,11 @@ pub struct HttpSession {
     next_id: i64,
     tx: mpsc::Sender<Inbound>,
     readers: Vec<AbortOnDropHandle<()>>,
+    /// The standalone GET stream's reader, kept apart: on close it may read the stream to the
+    /// end the DELETE brings, so that the stream's connection can be reused.
+    get_reader: Option<AbortOnDropHandle<()>>,
+    /// Cancelled when the session closes (see [`StreamContext::closing`]).
+    closing: tokio_util::sync::CancellationToken,
     /// Whether the server accepted the standalone GET stream.
     pub has_get_stream: bool,
     extra_headers: HeaderMap,
@@ -71,6 +77,8 @@ impl HttpSession {
             next_id: 1,
             tx,
             readers: Vec::new(),
+            get_reader: None,
+            closing: tokio_util::sync::CancellationToken::new(),
             has_get_stream: false,
             extra_headers,
             closed: false,
@@ -158,7 +166,8 @@ impl HttpSession {
         match self.http.send(Method::GET, self.get_headers(), None).await {
             Ok(resp) if resp.status() == StatusCode::OK && is_sse(resp.headers()) => {
                 self.has_get_stream = true;
-                self.spawn_reader(StreamTag::Get, resp, true);
+                let reading = self.stream_context().run(StreamTag::Get, resp, true);
+                self.get_reader = Some(AbortOnDropHandle::new(tokio::spawn(reading)));
             }
             Ok(resp) => {
                 tracing::debug!(status = %resp.status(), "legacy server offers no GET stream");
@@ -173,11 +182,8 @@ impl HttpSession {
             get_headers: self.get_headers(),
             tx: self.tx.clone(),
             stateless: self.session_id.is_none(),
+            closing: self.closing.clone(),
         }
-    }
-
-    fn spawn_reader(&mut self, tag: StreamTag, resp: hyper::Response<UpstreamBody>, sse: bool) {
-        self.spawn(Box::pin(self.stream_context().run(tag, resp, sse)));
     }
 
     fn spawn(&mut self, reading: Reading) {
@@ -311,17 +317,22 @@ impl HttpSession {
             g.dec();
         }
         self.readers.clear();
+        self.get_reader = None;
     }
 
-    /// Ends the session: stops the readers and DELETEs it upstream (best effort).
+    /// Ends the session: stops the call streams' readers and DELETEs it upstream (best
+    /// effort); the GET stream's reader may read that stream's end first (see
+    /// [`delete_session`]).
     pub async fn close(mut self) {
         self.closed = true;
         if let Some(g) = self.active.take() {
             g.dec();
         }
+        self.closing.cancel();
         self.readers.clear();
+        let get_reader = self.get_reader.take();
         if let Some(sid) = self.session_id.take() {
-            delete_session(self.http.clone(), sid, self.headers()).await;
+            delete_session(self.http.clone(), sid, self.headers(), get_reader).await;
         }
     }
 }
@@ -334,23 +345,44 @@ impl Drop for HttpSession {
         if let Some(g) = self.active.take() {
             g.dec();
         }
+        self.closing.cancel();
         self.readers.clear();
+        let get_reader = self.get_reader.take();
         if let Some(sid) = self.session_id.take() {
             let headers = self.headers();
             let http = self.http.clone();
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(delete_session(http, sid, headers));
+                handle.spawn(delete_session(http, sid, headers, get_reader));
             }
         }
     }
 }
 
-async fn delete_session(http: Arc<UpstreamHttp>, sid: HeaderValue, mut headers: HeaderMap) {
+/// How long the GET stream's reader may go on after a DELETE the server accepted, for the
+/// stream's end (which the server sends when it ends the session) to arrive. Read to its end,
+/// the stream's connection is reused; stopped before, it is closed.
+pub const GET_END_WITHIN: Duration = Duration::from_millis(20);
+
+/// DELETEs the session `sid`. `get_reader`, the GET stream's reader, goes on until the
+/// server ends that stream (for at most [`GET_END_WITHIN`] after the DELETE was accepted):
+/// a session closed while its GET stream was open would otherwise cost that stream's
+/// connection, and a new session would open another. It is stopped at once when the DELETE
+/// fails.
+async fn delete_session(
+    http: Arc<UpstreamHttp>,
+    sid: HeaderValue,
+    mut headers: HeaderMap,
+    get_reader: Option<AbortOnDropHandle<()>>,
+) {
     headers.insert(SESSION_HEADER, sid);
     headers.remove(header::CONTENT_TYPE);
     match http.send(Method::DELETE, headers, None).await {
         Ok(resp) => {
+            let accepted = resp.status().is_success();
             let _ = resp.into_body().collect().await;
+            if accepted && let Some(reader) = get_reader {
+                let _ = tokio::time::timeout(GET_END_WITHIN, reader).await;
+            }
         }
         Err(e) => tracing::debug!(error = %e, "legacy session DELETE failed"),
     }

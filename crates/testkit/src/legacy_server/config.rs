@@ -87,6 +87,9 @@ pub struct LegacyServerConfig {
     pub get_stream_enabled: bool,
     /// Allow DELETE to end a session (otherwise DELETE → 405).
     pub delete_enabled: bool,
+    /// Hold each DELETE this long before ending its session and answering (a server slow to
+    /// tear a session down).
+    pub delete_delay: Duration,
     /// Reject POSTs whose `Accept` lacks `application/json` /
     /// `text/event-stream`, and GETs lacking `text/event-stream`, with 406.
     pub require_accept: bool,
@@ -139,6 +142,7 @@ impl Default for LegacyServerConfig {
             stateless: false,
             get_stream_enabled: true,
             delete_enabled: true,
+            delete_delay: Duration::ZERO,
             require_accept: true,
             server_info: ServerInfo::default(),
             capabilities: None,

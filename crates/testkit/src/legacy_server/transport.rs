@@ -38,7 +38,7 @@ pub(crate) async fn serve(
         match *req.method() {
             Method::POST => post(&shared, req).await,
             Method::GET => get(&shared, &req),
-            Method::DELETE => delete(&shared, &req),
+            Method::DELETE => delete(&shared, &req).await,
             _ => not_allowed(&shared),
         }
     };
@@ -266,10 +266,13 @@ pub(crate) fn resolve_session(
 
 // ----- DELETE ----------------------------------------------------------------
 
-fn delete(shared: &Arc<Shared>, req: &Request<Incoming>) -> Response<Body> {
+async fn delete(shared: &Arc<Shared>, req: &Request<Incoming>) -> Response<Body> {
     let config = &shared.config;
     if config.stateless || !config.delete_enabled {
         return not_allowed(shared);
+    }
+    if !config.delete_delay.is_zero() {
+        tokio::time::sleep(config.delete_delay).await;
     }
     let session = match resolve_session(shared, req.headers()) {
         Ok(s) => s,
