@@ -221,6 +221,21 @@ fn upstream_transport_keys_are_checked() {
     assert_eq!(c.upstream.stdio.spawn_backoff, Duration::from_secs(5));
     assert_eq!(c.upstream.stdio.shutdown_grace, Duration::from_secs(3));
     assert_eq!(c.upstream.resume_attempts, 5);
+    assert_eq!(c.upstream.max_idle_connections, 1024);
+    assert_eq!(c.upstream.connection_idle_timeout, Duration::from_secs(30));
+    let upstream = |rest: &str| format!("[upstream]\n{rest}\n{}", minimal());
+    let c = Config::from_toml_str(&upstream("max_idle_connections = 0"), &[], None).unwrap();
+    assert_eq!(c.upstream.max_idle_connections, 0);
+    assert_eq!(
+        err_of(&upstream("max_idle_connections = 65537")).key,
+        "upstream.max_idle_connections"
+    );
+    for bad in ["\"0s\"", "\"2h\""] {
+        assert_eq!(
+            err_of(&upstream(&format!("connection_idle_timeout = {bad}"))).key,
+            "upstream.connection_idle_timeout"
+        );
+    }
     let stdio = |rest: &str| format!("[upstream]\ntransport = \"stdio\"\n{rest}\n{}", minimal());
     let c = Config::from_toml_str(
         &stdio("command = [\"python3\", \"s.py\"]\nenv = { A = \"1\" }"),

@@ -4,11 +4,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::check::{nonzero_duration, positive_size, resolve};
+use super::check::{bounded_duration, in_range, nonzero_duration, positive_size, resolve};
 use super::{ConfigError, raw::RawUpstream};
 
 /// Protocol versions the gateway can speak to a legacy server, newest first.
 pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// The most `upstream.max_idle_connections` may be.
+pub const MAX_IDLE_CONNECTIONS: u64 = 65_536;
 
 /// How the gateway reaches the legacy server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +72,10 @@ pub struct UpstreamConfig {
     pub resume_attempts: u32,
     /// Upper bound on the server's `retry` delay before reconnecting an SSE stream.
     pub resume_max_delay: Duration,
+    /// Idle HTTP connections to the legacy server kept for reuse (0: none).
+    pub max_idle_connections: usize,
+    /// How long an idle HTTP connection to the legacy server is kept.
+    pub connection_idle_timeout: Duration,
     /// TLS toward an `https` URL (`None` for `http` and stdio).
     pub tls: Option<crate::tls::upstream::UpstreamTls>,
     pub stdio: StdioConfig,
@@ -126,6 +133,17 @@ pub(super) fn upstream_config(
             n as u32
         },
         resume_max_delay: nonzero_duration("upstream.resume_max_delay", &raw.resume_max_delay)?,
+        max_idle_connections: in_range(
+            "upstream.max_idle_connections",
+            raw.max_idle_connections,
+            0,
+            MAX_IDLE_CONNECTIONS,
+        )?,
+        connection_idle_timeout: bounded_duration(
+            "upstream.connection_idle_timeout",
+            &raw.connection_idle_timeout,
+            Duration::from_secs(3600),
+        )?,
         tls: upstream_tls(raw, transport, &upstream_tls_url, base_dir)?,
         stdio: stdio_config(raw, transport, base_dir)?,
     })

@@ -10,7 +10,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use super::handshake::VersionMemory;
 /// A legacy server's response body; reading it drives its connection ([`super::http_conns`]).
 pub use super::http_conns::ConnBody as UpstreamBody;
-use super::http_conns::{Conns, SendError};
+use super::http_conns::{Conns, IdleLimits, SendError};
 use crate::config::UpstreamConfig;
 use crate::metrics::{ConnMetrics, LimitHits};
 use crate::tls::upstream::TlsFailure;
@@ -85,7 +85,15 @@ impl UpstreamHttp {
             .wrap_connector(connector);
         let uri: http::Uri = cfg.url.as_str().parse().expect("validated URL");
         UpstreamHttp {
-            conns: Conns::new(https, &uri, conns),
+            conns: Conns::new(
+                https,
+                &uri,
+                IdleLimits {
+                    max: cfg.max_idle_connections,
+                    for_at_most: cfg.connection_idle_timeout,
+                },
+                conns,
+            ),
             uri,
             url: cfg.url.clone(),
             limits: UpstreamLimits {

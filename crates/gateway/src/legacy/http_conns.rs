@@ -28,7 +28,7 @@
 //! connection is taken: [`Conns::take`] polls it once without waiting and passes over one that
 //! ended. A request that found its connection closed before a byte of it was written goes
 //! once more on a new connection; one that may have reached the server does not.
-//! Idle connections older than [`IDLE_FOR`] are closed; at most [`MAX_IDLE`] are kept. A
+//! Idle connections are kept within [`IdleLimits`] (how long, how many). A
 //! task looks over the idle ones every [`REAP_EVERY`] and closes those the server closed or
 //! that waited too long, so a quiet gateway keeps no half-closed sockets; it ends with the
 //! connections (when a reload replaces the upstream).
@@ -57,12 +57,15 @@ use tower_service::Service;
 
 use crate::metrics::{ConnClose, ConnMetrics};
 
-/// How long a connection may sit idle before it is closed (the server's own keep-alive is
-/// often shorter; a connection it closed is passed over when taken).
-pub const IDLE_FOR: Duration = Duration::from_secs(30);
-
-/// Idle connections kept; one given back beyond it is closed.
-pub const MAX_IDLE: usize = 1024;
+/// How long idle connections are kept, and how many (`upstream.connection_idle_timeout`,
+/// `upstream.max_idle_connections`). The server's own keep-alive is often shorter; a
+/// connection it closed is passed over when taken. One given back beyond `max` is closed
+/// (the least recently given back goes first).
+#[derive(Debug, Clone, Copy)]
+pub struct IdleLimits {
+    pub max: usize,
+    pub for_at_most: Duration,
+}
 
 /// How often idle connections are looked over.
 pub const REAP_EVERY: Duration = Duration::from_secs(2);
@@ -128,6 +131,7 @@ pub struct Conns {
     /// The scheme and authority every request goes to.
     origin: (Option<http::uri::Scheme>, Option<http::uri::Authority>),
     idle: Mutex<VecDeque<IdleConn>>,
+    limits: IdleLimits,
     metrics: ConnMetrics,
 }
 
@@ -141,18 +145,21 @@ pub enum SendError {
 }
 
 impl Conns {
-    /// Connections to the origin of `server`, counted in `metrics`.
+    /// Connections to the origin of `server`, idle ones kept within `limits`, counted in
+    /// `metrics`.
     pub fn new(
         connector: HttpsConnector<HttpConnector>,
         server: &http::Uri,
+        limits: IdleLimits,
         metrics: ConnMetrics,
     ) -> Arc<Conns> {
-        Self::reaped_every(connector, server, metrics, REAP_EVERY)
+        Self::reaped_every(connector, server, limits, metrics, REAP_EVERY)
     }
 
     fn reaped_every(
         connector: HttpsConnector<HttpConnector>,
         server: &http::Uri,
+        limits: IdleLimits,
         metrics: ConnMetrics,
         every: Duration,
     ) -> Arc<Conns> {
@@ -160,6 +167,7 @@ impl Conns {
             connector,
             origin: (server.scheme().cloned(), server.authority().cloned()),
             idle: Mutex::new(VecDeque::new()),
+            limits,
             metrics,
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -179,14 +187,14 @@ impl Conns {
         conns
     }
 
-    /// Closes the idle connections the server closed or that waited [`IDLE_FOR`].
+    /// Closes the idle connections the server closed or that waited too long.
     fn reap(&self) {
         let mut closed = Vec::new();
         {
             let mut idle = self.idle();
             let mut keep = VecDeque::with_capacity(idle.len());
             for mut c in idle.drain(..) {
-                let why = match c.since.elapsed() >= IDLE_FOR {
+                let why = match c.since.elapsed() >= self.limits.for_at_most {
                     true => Some(ConnClose::IdleTimeout),
                     false => c.conn.unusable(),
                 };
@@ -218,7 +226,7 @@ impl Conns {
     fn take(&self) -> Option<Box<Conn>> {
         let mut idle = self.idle();
         while let Some(IdleConn { mut conn, since }) = idle.pop_back() {
-            let why = match since.elapsed() >= IDLE_FOR {
+            let why = match since.elapsed() >= self.limits.for_at_most {
                 true => Some(ConnClose::IdleTimeout),
                 false => conn.unusable(),
             };
@@ -242,12 +250,20 @@ impl Conns {
         // Counted so if it is still idle when these connections are let go.
         conn.closing.why = ConnClose::Released;
         let mut idle = self.idle();
-        while idle.front().is_some_and(|c| c.since.elapsed() >= IDLE_FOR) {
+        while idle
+            .front()
+            .is_some_and(|c| c.since.elapsed() >= self.limits.for_at_most)
+        {
             if let Some(c) = idle.pop_front() {
                 c.conn.close(ConnClose::IdleTimeout);
             }
         }
-        if idle.len() >= MAX_IDLE
+        if self.limits.max == 0 {
+            drop(idle);
+            conn.close(ConnClose::IdleFull);
+            return;
+        }
+        while idle.len() >= self.limits.max
             && let Some(c) = idle.pop_front()
         {
             c.conn.close(ConnClose::IdleFull);
@@ -591,7 +607,22 @@ mod tests {
         counted_conns(server, ConnMetrics::none(), every)
     }
 
+    /// The defaults of `upstream.max_idle_connections` and `connection_idle_timeout`.
+    const LIMITS: IdleLimits = IdleLimits {
+        max: 1024,
+        for_at_most: Duration::from_secs(30),
+    };
+
     fn counted_conns(server: &http::Uri, metrics: ConnMetrics, every: Duration) -> Arc<Conns> {
+        limited_conns(server, LIMITS, metrics, every)
+    }
+
+    fn limited_conns(
+        server: &http::Uri,
+        limits: IdleLimits,
+        metrics: ConnMetrics,
+        every: Duration,
+    ) -> Arc<Conns> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -608,6 +639,7 @@ mod tests {
                 .enable_http1()
                 .wrap_connector(http),
             server,
+            limits,
             metrics,
             every,
         )
@@ -844,5 +876,45 @@ mod tests {
         }
         assert_eq!(metrics.counts("GET", ConnClose::ServerClosed), (1, 1, 0));
         assert_eq!(metrics.counts("GET", ConnClose::Released), (1, 0, 0));
+    }
+
+    #[tokio::test]
+    async fn idle_connections_are_kept_within_their_limits() {
+        let (url, accepted) = server("kept", usize::MAX);
+        let uri: http::Uri = url.parse().unwrap();
+        // Three responses held at once need three connections; one is kept idle after.
+        let metrics = ConnMetrics::counting();
+        let one = IdleLimits { max: 1, ..LIMITS };
+        let conns = limited_conns(&uri, one, metrics.clone(), REAP_EVERY);
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(conns.send(&uri, get(&uri)).await.unwrap());
+        }
+        for resp in held {
+            assert_eq!(read_all(resp).await, "kept");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+        assert_eq!(conns.idle_count(), 1);
+        assert_eq!(metrics.counts("GET", ConnClose::IdleFull), (3, 2, 1));
+        // None kept: every request opens a connection.
+        let none = IdleLimits { max: 0, ..LIMITS };
+        let conns = limited_conns(&uri, none, ConnMetrics::none(), REAP_EVERY);
+        for _ in 0..2 {
+            let resp = conns.send(&uri, get(&uri)).await.unwrap();
+            assert_eq!(read_all(resp).await, "kept");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 5);
+        // Kept for a moment only: the next request opens another.
+        let brief = IdleLimits {
+            for_at_most: Duration::from_millis(50),
+            ..LIMITS
+        };
+        let conns = limited_conns(&uri, brief, ConnMetrics::none(), REAP_EVERY);
+        let resp = conns.send(&uri, get(&uri)).await.unwrap();
+        assert_eq!(read_all(resp).await, "kept");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let resp = conns.send(&uri, get(&uri)).await.unwrap();
+        assert_eq!(read_all(resp).await, "kept");
+        assert_eq!(accepted.load(Ordering::SeqCst), 7);
     }
 }
