@@ -379,27 +379,37 @@ const CLOSED_FOR: [&str; 6] = [
 ];
 
 async fn upstream_conns(gw: &GatewayChild) -> Result<UpstreamConns, String> {
-    let mut opened = Vec::new();
-    for m in OPENED_FOR {
-        let n = gw
-            .metric(
-                "mrtr_gateway_upstream_connections_opened_total",
-                &[("method", m)],
-            )
-            .await?;
-        opened.push((m, n));
+    Ok(UpstreamConns {
+        opened: by_label(
+            gw,
+            "upstream_connections_opened_total",
+            "method",
+            &OPENED_FOR,
+        )
+        .await?,
+        closed: by_label(
+            gw,
+            "upstream_connections_closed_total",
+            "reason",
+            &CLOSED_FOR,
+        )
+        .await?,
+    })
+}
+
+/// The gateway's `mrtr_gateway_<family>` samples for each of `values` of `label`.
+async fn by_label(
+    gw: &GatewayChild,
+    family: &str,
+    label: &str,
+    values: &[&'static str],
+) -> Result<Vec<(&'static str, f64)>, String> {
+    let name = format!("mrtr_gateway_{family}");
+    let mut out = Vec::with_capacity(values.len());
+    for v in values {
+        out.push((*v, gw.metric(&name, &[(label, v)]).await?));
     }
-    let mut closed = Vec::new();
-    for r in CLOSED_FOR {
-        let n = gw
-            .metric(
-                "mrtr_gateway_upstream_connections_closed_total",
-                &[("reason", r)],
-            )
-            .await?;
-        closed.push((r, n));
-    }
-    Ok(UpstreamConns { opened, closed })
+    Ok(out)
 }
 
 impl UpstreamConns {

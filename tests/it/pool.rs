@@ -33,6 +33,12 @@ async fn call(env: &Env, name: &str) -> String {
     text(r.result().unwrap_or_else(|| panic!("{:?}", r.message)))
 }
 
+/// A gateway in `pool.mode = "per-call"` (every session closed after its call) in front of
+/// a legacy server configured by `legacy`.
+async fn per_call_env(legacy: LegacyServerConfig) -> Env {
+    env_with(legacy, handlers(), "", "[pool]\nmode = \"per-call\"\n").await
+}
+
 /// Calls `whoami` as `client`; returns the legacy session id that served it.
 async fn whoami(client: &ModernClient) -> String {
     let r = call_tool(client, "whoami").await;
@@ -240,13 +246,7 @@ async fn a_cancelled_call_does_not_return_its_session() {
 
 #[tokio::test]
 async fn per_call_mode_opens_and_deletes_a_session_per_call() {
-    let env = env_with(
-        LegacyServerConfig::default(),
-        handlers(),
-        "",
-        "[pool]\nmode = \"per-call\"\n",
-    )
-    .await;
+    let env = per_call_env(LegacyServerConfig::default()).await;
     let a = call(&env, "whoami").await;
     let b = call(&env, "whoami").await;
     assert_ne!(a, b);
@@ -264,15 +264,10 @@ async fn per_call_mode_opens_and_deletes_a_session_per_call() {
 async fn a_calls_answer_does_not_wait_for_its_sessions_delete() {
     // Per-call mode closes every session after its call; a server slow to delete it must
     // not hold the call's answer.
-    let env = env_with(
-        LegacyServerConfig {
-            delete_delay: Duration::from_secs(3),
-            ..LegacyServerConfig::default()
-        },
-        handlers(),
-        "",
-        "[pool]\nmode = \"per-call\"\n",
-    )
+    let env = per_call_env(LegacyServerConfig {
+        delete_delay: Duration::from_secs(3),
+        ..LegacyServerConfig::default()
+    })
     .await;
     call(&env, "whoami").await;
     assert_eq!(
@@ -295,13 +290,7 @@ async fn a_closed_sessions_get_stream_connection_is_reused() {
     // Every session holds a GET stream, whose connection a close used to throw away (HTTP/1
     // cannot reuse a connection mid-response). The server ends the stream when the DELETE
     // ends the session; read to that end, the connection serves the next session.
-    let env = env_with(
-        LegacyServerConfig::default(),
-        handlers(),
-        "",
-        "[pool]\nmode = \"per-call\"\n",
-    )
-    .await;
+    let env = per_call_env(LegacyServerConfig::default()).await;
     const CALLS: usize = 8;
     for i in 1..=CALLS {
         call(&env, "whoami").await;
