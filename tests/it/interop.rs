@@ -203,6 +203,57 @@ async fn a_client_without_elicitation_gets_missing_capability() {
 }
 
 #[tokio::test]
+async fn a_closed_sessions_get_stream_connection_is_reused_by_fastmcp() {
+    // FastMCP ends a session's GET stream when the DELETE ends the session (tens of
+    // milliseconds after answering it); read to that end, the stream's connection serves the
+    // next session instead of being closed mid-response.
+    let legacy = PyLegacyServer::start(&[]).await;
+    let cfg = config(&legacy.url(), "", "", "[pool]\nmode = \"per-call\"\n");
+    let (gw, running, url) = start_gateway(cfg).await;
+    let client = mrtr_testkit::client::ModernClient::new(&url);
+    const CALLS: usize = 6;
+    for _ in 0..CALLS {
+        let r = client
+            .request(
+                "tools/call",
+                serde_json::json!({"name": "add", "arguments": {"a": 2, "b": 3}}),
+            )
+            .await
+            .expect("an answer");
+        assert!(r.result().is_some(), "{:?}", r.message);
+        // Each session's close ends before the next call, as between a person's calls.
+        let closing = |gw: &mrtr_gateway::gateway::Gateway| {
+            metric(gw, "mrtr_gateway_legacy_sessions_active", &[]) == 0.0
+        };
+        assert!(eventually(std::time::Duration::from_secs(5), || closing(&gw)).await);
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let opened: f64 = ["GET", "POST", "DELETE"]
+        .iter()
+        .map(|m| {
+            metric(
+                &gw,
+                "mrtr_gateway_upstream_connections_opened_total",
+                &[("method", m)],
+            )
+        })
+        .sum();
+    let unfinished = metric(
+        &gw,
+        "mrtr_gateway_upstream_connections_closed_total",
+        &[("reason", "unfinished")],
+    );
+    // Two connections serve every session (the GET stream's and the call's); a close that
+    // lost its GET stream's connection costs one more each time (seven in all).
+    assert!(
+        opened <= 3.0 && unfinished <= 1.0,
+        "{opened} connections opened, {unfinished} closed mid-response, for {CALLS} sessions"
+    );
+    running.stop().await;
+    legacy.kill().await;
+}
+
+#[tokio::test]
 async fn discover_lists_and_plain_calls() {
     let it = interop().await;
     let d = it.run("discover", &[]).await;
