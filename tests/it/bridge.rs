@@ -85,6 +85,45 @@ async fn without_parking_every_round_replays_the_tool() {
 }
 
 #[tokio::test]
+async fn an_abandoned_calls_answer_does_not_wait_for_its_get_streams_end() {
+    // Without parking, a round's answer follows the legacy call's cancel and its session's
+    // DELETE. The session's GET stream is then given a moment in the background to end (so
+    // its connection can be reused); a server that keeps it open must not hold the answer
+    // for that moment. Its connection is closed mid-response only once the moment is over,
+    // after the answer.
+    let env = env_with(
+        LegacyServerConfig {
+            get_stream_outlives_delete: true,
+            ..LegacyServerConfig::default()
+        },
+        greet_handlers(),
+        "",
+        REPLAY,
+    )
+    .await;
+    let unfinished = |env: &Env| {
+        metric(
+            &env.gw,
+            "mrtr_gateway_upstream_connections_closed_total",
+            &[("reason", "unfinished")],
+        )
+    };
+    let before = unfinished(&env);
+    let first = call_tool(&env.client(), "greet").await;
+    assert_eq!(first.result_type(), Some("input_required"));
+    assert_eq!(
+        unfinished(&env),
+        before,
+        "the answer came while the GET stream's reader still waited"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || unfinished(&env) > before).await,
+        "the GET stream's connection was closed after the wait"
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
 async fn the_legacy_call_is_cancelled_and_its_session_deleted_when_input_is_required() {
     let env = env_with(LegacyServerConfig::default(), greet_handlers(), "", REPLAY).await;
     let first = call_tool(&env.client(), "greet").await;

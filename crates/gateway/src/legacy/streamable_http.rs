@@ -367,11 +367,12 @@ impl Drop for HttpSession {
 /// call's path; a server that never ends the stream costs the connection, as before.
 pub const GET_END_WITHIN: Duration = Duration::from_millis(200);
 
-/// DELETEs the session `sid`. `get_reader`, the GET stream's reader, goes on until the
-/// server ends that stream (for at most [`GET_END_WITHIN`] after the DELETE was accepted):
-/// a session closed while its GET stream was open would otherwise cost that stream's
-/// connection, and a new session would open another. It is stopped at once when the DELETE
-/// fails.
+/// DELETEs the session `sid`. `get_reader`, the GET stream's reader, goes on in the
+/// background until the server ends that stream (for at most [`GET_END_WITHIN`] after the
+/// DELETE was accepted): a session closed while its GET stream was open would otherwise cost
+/// that stream's connection, and a new session would open another. Whoever awaits the close
+/// (a call that abandons its legacy call before it answers) waits for the DELETE only. The
+/// reader is stopped at once when the DELETE fails.
 async fn delete_session(
     http: Arc<UpstreamHttp>,
     sid: HeaderValue,
@@ -385,7 +386,9 @@ async fn delete_session(
             let accepted = resp.status().is_success();
             let _ = resp.into_body().collect().await;
             if accepted && let Some(reader) = get_reader {
-                let _ = tokio::time::timeout(GET_END_WITHIN, reader).await;
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(GET_END_WITHIN, reader).await;
+                });
             }
         }
         Err(e) => tracing::debug!(error = %e, "legacy session DELETE failed"),

@@ -90,6 +90,9 @@ pub struct LegacyServerConfig {
     /// Hold each DELETE this long before ending its session and answering (a server slow to
     /// tear a session down).
     pub delete_delay: Duration,
+    /// Keep a session's GET stream open after a DELETE ends the session, until the client
+    /// closes it or the server stops (a server that never ends it).
+    pub get_stream_outlives_delete: bool,
     /// Reject POSTs whose `Accept` lacks `application/json` /
     /// `text/event-stream`, and GETs lacking `text/event-stream`, with 406.
     pub require_accept: bool,
@@ -143,6 +146,7 @@ impl Default for LegacyServerConfig {
             get_stream_enabled: true,
             delete_enabled: true,
             delete_delay: Duration::ZERO,
+            get_stream_outlives_delete: false,
             require_accept: true,
             server_info: ServerInfo::default(),
             capabilities: None,

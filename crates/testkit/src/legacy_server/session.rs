@@ -288,6 +288,13 @@ impl Session {
             .cloned()
     }
 
+    /// Takes the GET stream out of the session, open: ending the session then leaves it be.
+    pub(crate) fn detach_get_stream(&self) -> Option<Arc<OutboundStream>> {
+        let stream = lock(&self.get_stream).take()?;
+        self.unregister_stream(stream.number);
+        Some(stream)
+    }
+
     /// Install a new GET stream unless a live one exists (then `false`).
     pub(crate) fn install_get_stream(&self, stream: Arc<OutboundStream>) -> bool {
         {

@@ -278,6 +278,15 @@ async fn delete(shared: &Arc<Shared>, req: &Request<Incoming>) -> Response<Body>
         Ok(s) => s,
         Err(refusal) => return refusal.reply(),
     };
+    if config.get_stream_outlives_delete
+        && let Some(stream) = session.detach_get_stream()
+    {
+        let shutdown = shared.shutdown.clone();
+        shared.tasks.spawn(async move {
+            shutdown.cancelled().await;
+            drop(stream);
+        });
+    }
     if let Some(id) = &session.id
         && shared.sessions.end(id)
     {
