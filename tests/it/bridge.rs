@@ -101,13 +101,7 @@ async fn an_abandoned_calls_answer_does_not_wait_for_its_get_streams_end() {
         REPLAY,
     )
     .await;
-    let unfinished = |env: &Env| {
-        metric(
-            &env.gw,
-            "mrtr_gateway_upstream_connections_closed_total",
-            &[("reason", "unfinished")],
-        )
-    };
+    let unfinished = |env: &Env| upstream_connections(&env.gw).1;
     let before = unfinished(&env);
     let first = call_tool(&env.client(), "greet").await;
     assert_eq!(first.result_type(), Some("input_required"));

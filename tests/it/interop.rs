@@ -228,21 +228,7 @@ async fn a_closed_sessions_get_stream_connection_is_reused_by_fastmcp() {
         assert!(eventually(std::time::Duration::from_secs(5), || closing(&gw)).await);
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
-    let opened: f64 = ["GET", "POST", "DELETE"]
-        .iter()
-        .map(|m| {
-            metric(
-                &gw,
-                "mrtr_gateway_upstream_connections_opened_total",
-                &[("method", m)],
-            )
-        })
-        .sum();
-    let unfinished = metric(
-        &gw,
-        "mrtr_gateway_upstream_connections_closed_total",
-        &[("reason", "unfinished")],
-    );
+    let (opened, unfinished) = upstream_connections(&gw);
     // Two connections serve every session (the GET stream's and the call's); a close that
     // lost its GET stream's connection costs one more each time (seven in all).
     assert!(

@@ -301,24 +301,7 @@ async fn a_closed_sessions_get_stream_connection_is_reused() {
                 .await
         );
     }
-    let opened = metric(
-        &env.gw,
-        "mrtr_gateway_upstream_connections_opened_total",
-        &[("method", "GET")],
-    ) + metric(
-        &env.gw,
-        "mrtr_gateway_upstream_connections_opened_total",
-        &[("method", "POST")],
-    ) + metric(
-        &env.gw,
-        "mrtr_gateway_upstream_connections_opened_total",
-        &[("method", "DELETE")],
-    );
-    let unfinished = metric(
-        &env.gw,
-        "mrtr_gateway_upstream_connections_closed_total",
-        &[("reason", "unfinished")],
-    );
+    let (opened, unfinished) = upstream_connections(&env.gw);
     // A session's requests overlap on two connections (the GET stream's, the call's); the
     // others reuse them. A close that lost its GET stream's connection costs one more each
     // time (nine in all); a GET stream whose end came late costs one (allowed twice here).

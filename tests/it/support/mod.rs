@@ -303,6 +303,27 @@ pub async fn assert_cancelled_upstream(stats: &ServerStats, also: impl Fn(&Serve
     );
 }
 
+/// Upstream HTTP connections the gateway opened (for any method), and closed mid-response
+/// (`unfinished`), so far.
+pub fn upstream_connections(gw: &Gateway) -> (f64, f64) {
+    let opened = ["GET", "POST", "DELETE", "other"]
+        .iter()
+        .map(|m| {
+            metric(
+                gw,
+                "mrtr_gateway_upstream_connections_opened_total",
+                &[("method", m)],
+            )
+        })
+        .sum();
+    let unfinished = metric(
+        gw,
+        "mrtr_gateway_upstream_connections_closed_total",
+        &[("reason", "unfinished")],
+    );
+    (opened, unfinished)
+}
+
 /// The value of a metric sample line, e.g. `mrtr_gateway_requests_total{method="tools/call",outcome="complete"}`.
 pub fn metric(gw: &Gateway, name: &str, labels: &[(&str, &str)]) -> f64 {
     sample(&gw.metrics.render(), name, labels)
