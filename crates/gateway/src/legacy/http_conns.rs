@@ -125,6 +125,17 @@ struct IdleConn {
     since: Instant,
 }
 
+impl IdleConn {
+    /// Why this idle connection should be closed rather than kept or reused, if it should:
+    /// idle too long, or (polled once) ended or busy.
+    fn spent(&mut self, for_at_most: Duration) -> Option<ConnClose> {
+        match self.since.elapsed() >= for_at_most {
+            true => Some(ConnClose::IdleTimeout),
+            false => self.conn.unusable(),
+        }
+    }
+}
+
 /// The connections to one legacy server, and how to open more.
 pub struct Conns {
     connector: HttpsConnector<HttpConnector>,
@@ -194,11 +205,7 @@ impl Conns {
             let mut idle = self.idle();
             let mut keep = VecDeque::with_capacity(idle.len());
             for mut c in idle.drain(..) {
-                let why = match c.since.elapsed() >= self.limits.for_at_most {
-                    true => Some(ConnClose::IdleTimeout),
-                    false => c.conn.unusable(),
-                };
-                match why {
+                match c.spent(self.limits.for_at_most) {
                     None => keep.push_back(c),
                     Some(why) => {
                         c.conn.closing.why = why;
@@ -225,16 +232,12 @@ impl Conns {
     /// The most recently given back idle connection that is still open.
     fn take(&self) -> Option<Box<Conn>> {
         let mut idle = self.idle();
-        while let Some(IdleConn { mut conn, since }) = idle.pop_back() {
-            let why = match since.elapsed() >= self.limits.for_at_most {
-                true => Some(ConnClose::IdleTimeout),
-                false => conn.unusable(),
-            };
-            match why {
-                Some(why) => conn.close(why),
+        while let Some(mut c) = idle.pop_back() {
+            match c.spent(self.limits.for_at_most) {
+                Some(why) => c.conn.close(why),
                 None => {
-                    conn.closing.why = ConnClose::Unfinished;
-                    return Some(conn);
+                    c.conn.closing.why = ConnClose::Unfinished;
+                    return Some(c.conn);
                 }
             }
         }
