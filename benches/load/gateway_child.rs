@@ -35,6 +35,9 @@ pub struct GatewayOptions {
     pub parking_ttl: String,
     pub upstream_idle_timeout: String,
     pub max_concurrent_requests: usize,
+    /// `listen.header_read_timeout`, which also closes an HTTP/1 keep-alive connection waiting
+    /// that long for its next request.
+    pub header_read_timeout: String,
     /// `log.level` (the shipped default is `info`).
     pub log_level: String,
     /// Another build of the gateway to run instead of the one cargo built with this bench.
@@ -61,6 +64,7 @@ impl Default for GatewayOptions {
             parking_ttl: "2m".into(),
             upstream_idle_timeout: "5m".into(),
             max_concurrent_requests: 1024,
+            header_read_timeout: "10s".into(),
             log_level: "info".into(),
             binary: None,
             prefix: Vec::new(),
@@ -106,7 +110,7 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
         .map(|e| format!("[tracing]\notlp_endpoint = \"{e}\"\n"))
         .unwrap_or_default();
     let mut text = format!(
-        "[listen]\naddr = \"127.0.0.1:{port}\"\nmax_concurrent_requests = {max}\n\
+        "[listen]\naddr = \"127.0.0.1:{port}\"\nmax_concurrent_requests = {max}\nheader_read_timeout = \"{hrt}\"\n\
          [upstream]\nurl = \"{legacy_url}\"\nidle_timeout = \"{idle}\"\n\
          [state]\nttl = \"10m\"\n\
          [[state.keys]]\nid = \"load\"\nsecret = \"{secret}\"\n\
@@ -118,6 +122,7 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
          [quotas]\nnewcomer_reserve = {reserve}\n\
          [single_use]\nmax_entries = {claims}\nmax_entries_per_principal = {claims}\n",
         max = o.max_concurrent_requests,
+        hrt = o.header_read_timeout,
         idle = o.upstream_idle_timeout,
         secret = random_secret(),
         gather = o.gather_window,

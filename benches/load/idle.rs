@@ -3,8 +3,10 @@
 //! After a warm-up, the gateway's VmRSS and descriptors are read; then N clients each open a
 //! connection, make one plain call on it and keep it open (HTTP/1.1 keep-alive: each client's
 //! pool holds its connection). Once the `active_connections` gauge reads N more and a short
-//! settle has passed, VmRSS is read again: the difference over N is what one idle connection
-//! costs. The clients are then dropped, to read VmRSS after the connections closed.
+//! settle has passed, VmRSS is read again, and once more after `SETTLED` (the steady state,
+//! once the allocator has purged what connections freed as they went to rest): the difference
+//! over N is what one idle connection costs. The clients are then dropped, to read VmRSS after
+//! the connections closed.
 
 use std::time::Duration;
 
@@ -16,6 +18,9 @@ use super::gateway_child::GatewayChild;
 
 /// Connections opened at once.
 const BATCH: usize = 64;
+
+/// How much longer the connections are held before the steady-state reading.
+const SETTLED: Duration = Duration::from_secs(15);
 
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
@@ -64,8 +69,14 @@ pub async fn run(gw: &GatewayChild, n: usize) -> Result<(String, Value), String>
     let clients = open(&gw.url, n).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let open_with = gw.metric("mrtr_gateway_active_connections", &[]).await?;
+    let at_rest = gw.metric("mrtr_gateway_connections_at_rest", &[]).await?;
     let with = gw.status_kib("VmRSS").unwrap_or(0);
     let fds_with = gw.fds();
+    // Memory freed by connections that went to rest leaves the resident set only as the
+    // allocator purges it (jemalloc: over about ten seconds), so the steady state is read too.
+    tokio::time::sleep(SETTLED).await;
+    let with_settled = gw.status_kib("VmRSS").unwrap_or(0);
+    let open_settled = gw.metric("mrtr_gateway_active_connections", &[]).await?;
 
     drop(clients);
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -74,20 +85,32 @@ pub async fn run(gw: &GatewayChild, n: usize) -> Result<(String, Value), String>
 
     let idle = (open_with - open_before).max(1.0);
     let per_conn = with.saturating_sub(before) as f64 * 1024.0 / idle;
+    let per_conn_settled = with_settled.saturating_sub(before) as f64 * 1024.0 / idle;
     let text = format!(
         "idle connections: {n} opened, the gateway counted {idle} more (active {open_before} -> {open_with}, {open_after} after they closed)\n\
-         gateway VmRSS before {:.1} MiB, with them {:.1} MiB: {per_conn:.0} bytes per idle connection (target ≤ 8192 -> {})\n\
+         at rest after 2 s: {at_rest}\n\
+         gateway VmRSS before {:.1} MiB, with them {:.1} MiB: {per_conn:.0} bytes per idle connection after 2 s\n\
+         {}s later ({open_settled} open) {:.1} MiB: {per_conn_settled:.0} bytes per idle connection (target ≤ 8192 -> {})\n\
          gateway fds before {fds_before}, with them {fds_with}; VmRSS after they closed {:.1} MiB\n",
         mib(before),
         mib(with),
-        if per_conn <= 8192.0 { "met" } else { "MISSED" },
+        SETTLED.as_secs(),
+        mib(with_settled),
+        if per_conn_settled <= 8192.0 {
+            "met"
+        } else {
+            "MISSED"
+        },
         mib(after),
     );
     let json = json!({
         "requested": n,
         "counted": idle,
         "rss_mib": {"before": mib(before), "with": mib(with), "after_close": mib(after)},
-        "bytes_per_idle_connection": per_conn,
+        "at_rest": at_rest,
+        "bytes_per_idle_connection_after_2s": per_conn,
+        "bytes_per_idle_connection": per_conn_settled,
+        "rss_mib_settled": mib(with_settled),
         "fds": {"before": fds_before, "with": fds_with},
     });
     Ok((text, json))

@@ -171,6 +171,11 @@ async fn run(args: Args) -> Result<(), String> {
         options.parking_ttl = "10m".into();
         options.upstream_idle_timeout = "30m".into();
     }
+    if args.idle.is_some() {
+        // By default an idle HTTP/1 connection is closed after `header_read_timeout` (10 s):
+        // the idle run holds its connections longer than that to read the steady state.
+        options.header_read_timeout = "60s".into();
+    }
     let gw = GatewayChild::spawn(&legacy.url(), &options).await?;
     let outcome = if let Some(n) = args.park {
         park_run(&gw, n, &args).await

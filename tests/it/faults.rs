@@ -16,6 +16,7 @@
 //! `faults/edge.rs`.
 
 mod edge;
+mod rest;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -146,6 +146,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, shutdown: Cancellati
         hits: gw.metrics.limits(),
         header_timeout: Limit::AdminHeaderReadTimeout,
         idle: Limit::AdminIdleTimeout,
+        at_rest: None,
     };
     loop {
         let accepted = tokio::select! {
@@ -157,6 +158,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, shutdown: Cancellati
             header_read_timeout: cfg.admin.header_read_timeout,
             idle_timeout: cfg.admin.idle_timeout,
             http2_max_concurrent_streams: cfg.listen.http2_max_concurrent_streams,
+            release_idle_after: cfg.listen.idle_release_after,
         };
         drop(cfg);
         let svc_gw = gw.clone();

@@ -20,6 +20,7 @@ pub const METRICS: &[&str] = &[
     "upstream_connections_active",
     "active_requests",
     "active_connections",
+    "connections_at_rest",
     "max_rounds_exceeded_total",
     "limit_hits_total",
     "single_use_claims_total",

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::check::{bounded_duration, in_range, nonzero_duration, positive_size};
+use super::check::{bounded_duration, duration_up_to, in_range, nonzero_duration, positive_size};
 use super::{ConfigError, raw::RawListen};
 
 #[derive(Debug, Clone)]
@@ -17,6 +17,9 @@ pub struct ListenConfig {
     pub allowed_origins: Vec<String>,
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
+    /// How long an HTTP/1 connection stays quiet before the gateway frees its HTTP buffers
+    /// and state, keeping only the socket (`None`: never).
+    pub idle_release_after: Option<Duration>,
     pub max_concurrent_requests: usize,
     /// Longest time a request body may take to arrive, from its headers to its last byte.
     pub body_read_timeout: Duration,
@@ -65,6 +68,12 @@ pub(super) fn listen_config(raw: &RawListen) -> Result<ListenConfig, ConfigError
             &raw.header_read_timeout,
         )?,
         idle_timeout: nonzero_duration("listen.idle_timeout", &raw.idle_timeout)?,
+        idle_release_after: Some(duration_up_to(
+            "listen.idle_release_after",
+            &raw.idle_release_after,
+            Duration::from_secs(3600),
+        )?)
+        .filter(|d| !d.is_zero()),
         max_concurrent_requests: positive_size(
             "listen.max_concurrent_requests",
             raw.max_concurrent_requests,

@@ -213,6 +213,23 @@ fn tls_and_admin_sections_are_checked() {
 }
 
 #[test]
+fn listen_idle_release_after_is_checked() {
+    let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+    assert_eq!(c.listen.idle_release_after, Some(Duration::from_secs(1)));
+    let listen = |rest: &str| format!("[listen]\n{rest}\n{}", minimal());
+    let c = Config::from_toml_str(&listen("idle_release_after = \"0s\""), &[], None).unwrap();
+    assert_eq!(c.listen.idle_release_after, None);
+    let c = Config::from_toml_str(&listen("idle_release_after = \"1h\""), &[], None).unwrap();
+    assert_eq!(c.listen.idle_release_after, Some(Duration::from_secs(3600)));
+    for bad in ["\"2h\"", "\"soon\""] {
+        assert_eq!(
+            err_of(&listen(&format!("idle_release_after = {bad}"))).key,
+            "listen.idle_release_after"
+        );
+    }
+}
+
+#[test]
 fn upstream_transport_keys_are_checked() {
     let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
     assert_eq!(c.upstream.transport, UpstreamTransport::StreamableHttp);

@@ -18,23 +18,36 @@
 //! - **HTTP/2 streams**: at most `http2_max_concurrent_streams` at once per connection
 //!   (advertised in SETTINGS; hyper refuses streams beyond it).
 //! - **shutdown**: graceful (in-flight requests finish; HTTP/2 gets GOAWAY).
+//!
+//! **Rest.** An HTTP/1 connection quiet for `idle_release_after` is taken back from hyper,
+//! which keeps two 8 KiB buffers and its state for as long as a connection stays open: the
+//! connection then waits for its next bytes with nothing but its socket, and a new hyper
+//! connection serves it when they come (with the bytes already read, and what is left of the
+//! header deadline that started when it went quiet). A client sees the same connection and
+//! the same limits. HTTP/1.0 and `Connection: close` requests are never rested: hyper closes
+//! those connections to end their responses.
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use http::{Request, Response};
+use bytes::{Buf, Bytes};
+use http::{Request, Response, Version, header};
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use tokio::io::{AsyncRead, AsyncWrite};
+use prometheus::IntGauge;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::time::Interval;
 use tokio_util::sync::CancellationToken;
 
 use super::respond::{self, Body};
-use crate::metrics::{Limit, LimitHits};
+use crate::metrics::{Held, Limit, LimitHits};
 
 /// The time limits and stream cap of one connection.
 #[derive(Debug, Clone, Copy)]
@@ -42,10 +55,12 @@ pub struct ConnPolicy {
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub http2_max_concurrent_streams: u32,
+    /// How long an HTTP/1 connection stays quiet before it is rested; `None`: never.
+    pub release_idle_after: Option<Duration>,
 }
 
-/// Where a connection closed by a limit is counted, and under which limits (the MCP and admin
-/// listeners name theirs apart).
+/// Where a connection's limits and rests are counted (the MCP and admin listeners name their
+/// limits apart).
 #[derive(Clone)]
 pub struct LimitCounter {
     pub hits: LimitHits,
@@ -54,6 +69,8 @@ pub struct LimitCounter {
     pub header_timeout: Limit,
     /// No request in flight for `idle_timeout`.
     pub idle: Limit,
+    /// Connections at rest now, if this listener shows them.
+    pub at_rest: Option<IntGauge>,
 }
 
 impl LimitCounter {
@@ -62,12 +79,16 @@ impl LimitCounter {
     }
 }
 
-/// Requests in flight on one connection, whether any ever came, and when it last went quiet.
+/// Requests in flight on one connection, whether any ever came, when it last went quiet, and
+/// whether it may be rested.
 struct Activity {
     started: Instant,
     seen: AtomicBool,
     inflight: AtomicUsize,
     quiet_since_ms: AtomicU64,
+    /// Cleared by a request after which hyper closes the connection to end the response
+    /// (HTTP/1.0, `Connection: close`): taking it back would leave the client waiting.
+    may_rest: AtomicBool,
 }
 
 impl Activity {
@@ -77,6 +98,7 @@ impl Activity {
             seen: AtomicBool::new(false),
             inflight: AtomicUsize::new(0),
             quiet_since_ms: AtomicU64::new(0),
+            may_rest: AtomicBool::new(true),
         })
     }
 
@@ -113,10 +135,316 @@ impl Drop for Busy {
     }
 }
 
+/// Whether hyper ends the connection after answering `req` (so it must not be rested).
+fn closes_after<B>(req: &Request<B>) -> bool {
+    req.version() < Version::HTTP_11
+        || req.headers().get_all(header::CONNECTION).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")))
+        })
+}
+
 /// Whether a connection error is hyper's HTTP/1 header timeout.
 fn is_header_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
     e.downcast_ref::<hyper::Error>()
         .is_some_and(hyper::Error::is_timeout)
+}
+
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// How much a resting connection reads when its next request starts; hyper reads the rest.
+const WAKE_READ: usize = 512;
+
+/// A connection with the bytes already read from it, which are read again first.
+struct Prefixed<I> {
+    prefix: Bytes,
+    io: I,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Prefixed<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.prefix.is_empty() {
+            return Pin::new(&mut self.io).poll_read(cx, buf);
+        }
+        let n = self.prefix.len().min(buf.remaining());
+        buf.put_slice(&self.prefix[..n]);
+        self.prefix.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Prefixed<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+type Reply = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+/// One connection's watchers: its limits, its tokens, and the clock that checks them.
+struct Watch<'a> {
+    policy: ConnPolicy,
+    counter: &'a LimitCounter,
+    shutdown: &'a CancellationToken,
+    close: &'a CancellationToken,
+    activity: Arc<Activity>,
+    tick: Interval,
+}
+
+/// What ends a wait for a connection's next bytes.
+enum Waited<I> {
+    Bytes(Prefixed<I>),
+    /// The client left, or a limit closed the connection (already counted).
+    Gone,
+    /// Shutdown, the request path, or `idle_timeout`: the connection is closed gracefully.
+    Close(I),
+}
+
+impl Watch<'_> {
+    /// The limit a connection waiting for its next request has reached, if any: the header
+    /// deadline (which, as in hyper, starts when the connection goes quiet) or `idle_timeout`,
+    /// whichever is shorter.
+    fn waited_too_long(&self) -> Option<Limit> {
+        let quiet = self.activity.idle_for()?;
+        let p = &self.policy;
+        if p.header_read_timeout <= p.idle_timeout {
+            (quiet >= p.header_read_timeout).then_some(self.counter.header_timeout)
+        } else {
+            (quiet >= p.idle_timeout).then_some(self.counter.idle)
+        }
+    }
+
+    /// Waits for bytes on `io`, reading at most `buf.len()`.
+    async fn next_bytes<I>(&mut self, mut io: I, buf: &mut [u8]) -> Waited<I>
+    where
+        I: AsyncRead + AsyncWrite + Unpin,
+    {
+        loop {
+            tokio::select! {
+                read = io.read(buf) => return match read {
+                    Ok(0) | Err(_) => Waited::Gone,
+                    Ok(n) => Waited::Bytes(Prefixed { prefix: Bytes::copy_from_slice(&buf[..n]), io }),
+                },
+                _ = self.shutdown.cancelled() => return Waited::Close(io),
+                _ = self.close.cancelled() => return Waited::Close(io),
+                _ = self.tick.tick() => match self.waited_too_long() {
+                    Some(limit) if limit == self.counter.idle => {
+                        self.counter.hit(limit);
+                        return Waited::Close(io);
+                    }
+                    Some(limit) => {
+                        self.counter.hit(limit);
+                        return Waited::Gone;
+                    }
+                    None => {}
+                },
+            }
+        }
+    }
+
+    /// Reads the first bytes and tells HTTP/2 (its preface) from HTTP/1.
+    async fn protocol<I>(&mut self, io: I) -> Option<(bool, Prefixed<I>)>
+    where
+        I: AsyncRead + AsyncWrite + Unpin,
+    {
+        let mut buf = [0u8; H2_PREFACE.len()];
+        let mut seen = Prefixed {
+            prefix: Bytes::new(),
+            io,
+        };
+        let mut filled = Vec::new();
+        loop {
+            let rest = buf.len() - filled.len();
+            match self.next_bytes(seen.io, &mut buf[..rest]).await {
+                Waited::Bytes(p) => {
+                    filled.extend_from_slice(&p.prefix);
+                    seen.io = p.io;
+                }
+                Waited::Gone => return None,
+                Waited::Close(mut io) => {
+                    let _ = io.shutdown().await;
+                    return None;
+                }
+            }
+            if H2_PREFACE[..filled.len()] != filled[..] {
+                seen.prefix = filled.into();
+                return Some((false, seen));
+            }
+            if filled.len() == H2_PREFACE.len() {
+                seen.prefix = filled.into();
+                return Some((true, seen));
+            }
+        }
+    }
+
+    /// Serves HTTP/2 until the client leaves, a limit closes it, or shutdown.
+    async fn serve_h2<I, S>(&mut self, io: Prefixed<I>, svc: S)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: hyper::service::HttpService<Incoming, ResBody = Body> + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let mut builder = http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(self.policy.http2_max_concurrent_streams);
+        let conn = builder.serve_connection(TokioIo::new(io), svc);
+        let mut conn = std::pin::pin!(conn);
+        let mut closing = false;
+        loop {
+            tokio::select! {
+                res = conn.as_mut() => {
+                    if let Err(e) = res {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                    return;
+                }
+                _ = self.shutdown.cancelled(), if !closing => {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+                _ = self.close.cancelled(), if !closing => {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+                _ = self.tick.tick(), if !closing => {
+                    if self.activity.first_request_late(self.policy.header_read_timeout) {
+                        self.counter.hit(self.counter.header_timeout);
+                        return;
+                    }
+                    if self.activity.idle_for().is_some_and(|d| d >= self.policy.idle_timeout) {
+                        closing = true;
+                        self.counter.hit(self.counter.idle);
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Serves HTTP/1, resting the connection whenever it stays quiet long enough.
+    async fn serve_h1<I, S>(&mut self, mut io: Prefixed<I>, mut svc: S)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: hyper::service::HttpService<Incoming, ResBody = Body> + Unpin + Send + 'static,
+        S::Future: Unpin + Send + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let mut header_timeout = self.policy.header_read_timeout;
+        loop {
+            let mut builder = http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout);
+            // Boxed: a resting connection's task then holds no hyper state at all.
+            let mut conn = Box::new(builder.serve_connection(TokioIo::new(io), svc));
+            let mut closing = false;
+            let mut resting = false;
+            let res = loop {
+                tokio::select! {
+                    res = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)) => break res,
+                    _ = self.shutdown.cancelled(), if !closing => {
+                        closing = true;
+                        Pin::new(&mut *conn).graceful_shutdown();
+                    }
+                    _ = self.close.cancelled(), if !closing => {
+                        closing = true;
+                        Pin::new(&mut *conn).graceful_shutdown();
+                    }
+                    _ = self.tick.tick(), if !closing && !resting => {
+                        if self.activity.first_request_late(self.policy.header_read_timeout) {
+                            self.counter.hit(self.counter.header_timeout);
+                            return;
+                        }
+                        let quiet = self.activity.idle_for();
+                        if quiet.is_some_and(|d| d >= self.policy.idle_timeout) {
+                            closing = true;
+                            self.counter.hit(self.counter.idle);
+                            Pin::new(&mut *conn).graceful_shutdown();
+                        } else if quiet.zip(self.policy.release_idle_after).is_some_and(|(d, after)| d >= after)
+                            && self.activity.may_rest.load(Ordering::Acquire)
+                        {
+                            // hyper closes an idle connection at once, and one that is still
+                            // flushing once it is done; without shutting the socket down.
+                            resting = true;
+                            Pin::new(&mut *conn).graceful_shutdown();
+                        }
+                    }
+                }
+            };
+            if let Err(e) = res {
+                if is_header_timeout(&e) {
+                    self.counter.hit(self.counter.header_timeout);
+                } else {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            let parts = conn.into_parts();
+            let mut rested = parts.io.into_inner();
+            if closing || !resting || !self.activity.may_rest.load(Ordering::Acquire) {
+                // Ended by the client, by hyper (the response needed it), or gracefully:
+                // shut the socket down as hyper would have.
+                let _ = rested.shutdown().await;
+                return;
+            }
+            svc = parts.service;
+            // An empty read buffer still holds hyper's whole allocation: let it go.
+            rested.prefix = Some(parts.read_buf)
+                .filter(|b| !b.is_empty())
+                .unwrap_or_default();
+            if rested.prefix.is_empty() {
+                let _rest = self.counter.at_rest.as_ref().map(|g| Held::new(g.clone()));
+                let mut buf = [0u8; WAKE_READ];
+                rested = match self.next_bytes(rested.io, &mut buf).await {
+                    Waited::Bytes(p) => p,
+                    Waited::Gone => return,
+                    Waited::Close(mut io) => {
+                        let _ = io.shutdown().await;
+                        return;
+                    }
+                };
+            }
+            // hyper's header deadline starts when the connection goes quiet; the new
+            // connection gets what is left of it.
+            let quiet = self.activity.idle_for().unwrap_or_default();
+            header_timeout = self
+                .policy
+                .header_read_timeout
+                .saturating_sub(quiet)
+                .max(Duration::from_millis(1));
+            io = rested;
+        }
+    }
 }
 
 /// Serves `io` with `handle` until the client leaves, a limit closes it, `shutdown` fires
@@ -131,65 +459,37 @@ pub async fn serve<I, H, F>(
     handle: H,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + Unpin + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(policy.header_read_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(policy.http2_max_concurrent_streams);
     let activity = Activity::new();
     let svc_activity = activity.clone();
-    let svc = service_fn(move |req| {
+    let svc = service_fn(move |req: Request<Incoming>| -> Reply {
         let busy = Busy::new(&svc_activity);
+        if closes_after(&req) {
+            svc_activity.may_rest.store(false, Ordering::Release);
+        }
         // Boxed: hyper keeps the service's future inside the connection's own state, so an
         // unboxed request future would make every connection as large as the largest request
-        // path, for as long as the connection stays open (idle ones included).
-        let response = Box::pin(handle(req));
-        async move { Ok::<_, Infallible>(respond::with_guard(response.await, busy)) }
+        // path, for as long as the connection stays open.
+        let response = handle(req);
+        Box::pin(async move { Ok(respond::with_guard(response.await, busy)) })
     });
-    let conn = builder.serve_connection(TokioIo::new(io), svc).into_owned();
-    let mut conn = std::pin::pin!(conn);
-    // How late a first-request or idle deadline may fire: at most half a second.
+    // How late a first-request, idle or rest deadline may fire: at most half a second.
     let tick_every = Duration::from_millis(500)
         .min(policy.idle_timeout)
         .min(policy.header_read_timeout);
-    let mut tick = tokio::time::interval(tick_every);
-    let mut closing = false;
-    loop {
-        tokio::select! {
-            res = conn.as_mut() => {
-                match res {
-                    Ok(()) => {}
-                    Err(e) if is_header_timeout(&*e) => counter.hit(counter.header_timeout),
-                    Err(e) => tracing::debug!(error = %e, "connection ended with an error"),
-                }
-                return;
-            }
-            _ = shutdown.cancelled(), if !closing => {
-                closing = true;
-                conn.as_mut().graceful_shutdown();
-            }
-            _ = close.cancelled(), if !closing => {
-                closing = true;
-                conn.as_mut().graceful_shutdown();
-            }
-            _ = tick.tick(), if !closing => {
-                if activity.first_request_late(policy.header_read_timeout) {
-                    counter.hit(counter.header_timeout);
-                    return;
-                }
-                if activity.idle_for().is_some_and(|d| d >= policy.idle_timeout) {
-                    closing = true;
-                    counter.hit(counter.idle);
-                    conn.as_mut().graceful_shutdown();
-                }
-            }
-        }
+    let mut watch = Watch {
+        policy,
+        counter,
+        shutdown: &shutdown,
+        close: &close,
+        activity,
+        tick: tokio::time::interval(tick_every),
+    };
+    match watch.protocol(io).await {
+        Some((true, io)) => watch.serve_h2(io, svc).await,
+        Some((false, io)) => watch.serve_h1(io, svc).await,
+        None => {}
     }
 }

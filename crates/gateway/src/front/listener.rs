@@ -49,12 +49,14 @@ async fn serve_connection<I>(
         header_read_timeout: cfg.listen.header_read_timeout,
         idle_timeout: cfg.listen.idle_timeout,
         http2_max_concurrent_streams: cfg.listen.http2_max_concurrent_streams,
+        release_idle_after: cfg.listen.idle_release_after,
     };
     drop(cfg);
     let counter = LimitCounter {
         hits: front.limits.clone(),
         header_timeout: Limit::HeaderReadTimeout,
         idle: Limit::IdleTimeout,
+        at_rest: Some(front.metrics.connections_at_rest()),
     };
     let close = info.close.clone();
     let svc_front = front.clone();

@@ -35,6 +35,7 @@ pub struct FrontMetrics {
     rejections: IntCounterVec,
     active_requests: IntGauge,
     active_connections: IntGauge,
+    connections_at_rest: IntGauge,
     requests_reading_body: IntGauge,
     accept_errors: IntCounterVec,
     listen_streams: IntGauge,
@@ -65,6 +66,11 @@ impl FrontMetrics {
     /// A client connection is open until the returned guard is dropped.
     pub fn connection_opened(&self) -> Held {
         Held::new(self.active_connections.clone())
+    }
+
+    /// The gauge of client connections at rest (`listen.idle_release_after`).
+    pub fn connections_at_rest(&self) -> IntGauge {
+        self.connections_at_rest.clone()
     }
 
     /// A request's body is arriving until the returned guard is dropped.
@@ -113,6 +119,10 @@ impl FrontMetrics {
             "Requests holding a request slot now (listen.max_concurrent_requests).",
         );
         let active_connections = r.gauge("active_connections", "Client connections open now.");
+        let connections_at_rest = r.gauge(
+            "connections_at_rest",
+            "Client HTTP/1 connections at rest now: quiet for listen.idle_release_after, holding their socket and no HTTP buffers.",
+        );
         let requests_reading_body = r.gauge(
             "requests_reading_body",
             "Requests whose body is still arriving (bounded by listen.body_read_timeout; no request slot yet).",
@@ -141,6 +151,7 @@ impl FrontMetrics {
             rejections,
             active_requests,
             active_connections,
+            connections_at_rest,
             requests_reading_body,
             accept_errors,
             listen_streams,

@@ -169,7 +169,7 @@ impl Metrics {
 pub struct Held(IntGauge);
 
 impl Held {
-    fn new(gauge: IntGauge) -> Held {
+    pub fn new(gauge: IntGauge) -> Held {
         gauge.inc();
         Held(gauge)
     }

@@ -1,0 +1,273 @@
+//! Resting HTTP/1 connections (`listen.idle_release_after`): a connection quiet that long is
+//! taken back from hyper and keeps only its socket until its next request starts. Each test
+//! speaks HTTP/1.1 by hand on one socket, so the same connection is seen across the rest.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use mrtr_gateway::config::Config;
+use mrtr_testkit::client::ModernClient;
+use mrtr_testkit::legacy_server::{Handlers, LegacyServer, LegacyServerConfig};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::support::*;
+
+/// A gateway in front of the in-repo legacy server, with `listen` keys in `[listen]`. The
+/// server also has `big`, which answers `size` bytes of text.
+async fn rest_env(listen: &str) -> Env {
+    let handlers = super::with_echo(Handlers::new()).tool(
+        "big",
+        "returns `size` bytes",
+        json!({"type": "object"}),
+        |_, args| async move {
+            let size = args["size"].as_u64().unwrap_or(0) as usize;
+            Ok(tool_text("x".repeat(size)))
+        },
+    );
+    let legacy = LegacyServer::start(LegacyServerConfig::default(), handlers)
+        .await
+        .expect("legacy server starts");
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\n{listen}\n\
+         [upstream]\nurl = \"{}\"\n[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n",
+        legacy.url()
+    );
+    let cfg = Config::from_toml_str(&text, &[], None)
+        .unwrap_or_else(|e| panic!("rest config: {e}\n{text}"));
+    Env::start(legacy, cfg).await
+}
+
+/// A whole `tools/call` request, as sent on the wire, with `extra` header lines.
+fn call_request(addr: SocketAddr, id: u64, tool: &str, args: Value, extra: &str) -> Vec<u8> {
+    let body = json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": ModernClient::new("http://unused/").params_with_meta(json!({"name": tool, "arguments": args})),
+    });
+    let body = serde_json::to_vec(&body).unwrap();
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\ncontent-length: {}\r\n{extra}",
+        body.len()
+    );
+    for (name, value) in ModernClient::routing_headers(&serde_json::from_slice(&body).unwrap()) {
+        let name = name.expect("one value per header");
+        head.push_str(&format!("{name}: {}\r\n", value.to_str().unwrap()));
+    }
+    head.push_str("\r\n");
+    let mut out = head.into_bytes();
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Reads one response (content-length or chunked) within 10 s: its status and body.
+async fn read_response(s: &mut TcpStream) -> (u16, String) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 8192];
+        let head_end = loop {
+            if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let n = s.read(&mut buf).await.expect("read");
+            assert!(n > 0, "the connection closed before a response");
+            got.extend_from_slice(&buf[..n]);
+        };
+        let head = String::from_utf8_lossy(&got[..head_end]).to_ascii_lowercase();
+        let status = head[9..12].parse().expect("status");
+        let mut rest = got[head_end..].to_vec();
+        let length = head.lines().find_map(|l| {
+            l.strip_prefix("content-length:")
+                .map(|v| v.trim().parse::<usize>().unwrap())
+        });
+        let body = if let Some(length) = length {
+            while rest.len() < length {
+                let n = s.read(&mut buf).await.expect("read");
+                assert!(n > 0, "the connection closed mid-body");
+                rest.extend_from_slice(&buf[..n]);
+            }
+            rest.truncate(length);
+            rest
+        } else {
+            // Chunked: read until the last chunk, then decode.
+            while !rest.ends_with(b"0\r\n\r\n") {
+                let n = s.read(&mut buf).await.expect("read");
+                assert!(n > 0, "the connection closed mid-body");
+                rest.extend_from_slice(&buf[..n]);
+            }
+            let mut body = Vec::new();
+            let mut at = 0;
+            loop {
+                let line_end = at + rest[at..].windows(2).position(|w| w == b"\r\n").unwrap();
+                let size = usize::from_str_radix(
+                    std::str::from_utf8(&rest[at..line_end]).unwrap().trim(),
+                    16,
+                )
+                .unwrap();
+                if size == 0 {
+                    break body;
+                }
+                body.extend_from_slice(&rest[line_end + 2..line_end + 2 + size]);
+                at = line_end + 2 + size + 2;
+            }
+        };
+        (status, String::from_utf8(body).expect("UTF-8 body"))
+    })
+    .await
+    .expect("a response within 10 s")
+}
+
+/// Sends an `echo` call on `s` and checks its answer.
+async fn echo(s: &mut TcpStream, addr: SocketAddr, id: u64, text: &str) {
+    s.write_all(&call_request(addr, id, "echo", json!({"text": text}), ""))
+        .await
+        .unwrap();
+    let (status, body) = read_response(s).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(&format!("\"text\":\"{text}\"")), "{body}");
+}
+
+fn at_rest(env: &Env) -> f64 {
+    metric(&env.gw, "mrtr_gateway_connections_at_rest", &[])
+}
+
+/// A quiet connection goes to rest, and its next request is served on the same socket; with
+/// `idle_release_after = "0s"` it never rests.
+#[tokio::test]
+async fn a_quiet_connection_rests_and_serves_its_next_request() {
+    let env = rest_env("idle_release_after = \"200ms\"").await;
+    let addr = env.running.addr;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    echo(&mut s, addr, 1, "before").await;
+    assert!(
+        eventually(Duration::from_secs(5), || at_rest(&env) == 1.0).await,
+        "the connection went to rest"
+    );
+    echo(&mut s, addr, 2, "after").await;
+    // Quiet again: at rest again, and served again.
+    assert!(eventually(Duration::from_secs(5), || at_rest(&env) == 1.0).await);
+    echo(&mut s, addr, 3, "again").await;
+    drop(s);
+    assert!(eventually(Duration::from_secs(5), || at_rest(&env) == 0.0).await);
+
+    let never = rest_env("idle_release_after = \"0s\"").await;
+    let addr = never.running.addr;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    echo(&mut s, addr, 1, "before").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(at_rest(&never), 0.0);
+    echo(&mut s, addr, 2, "after").await;
+}
+
+/// A request whose first bytes came before the rest (and the rest of it after) is served
+/// whole, and the connection stays usable.
+#[tokio::test]
+async fn a_request_split_across_the_rest_is_served_whole() {
+    let env = rest_env("idle_release_after = \"200ms\"").await;
+    let addr = env.running.addr;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    echo(&mut s, addr, 1, "first").await;
+    let request = call_request(addr, 2, "echo", json!({"text": "split"}), "");
+    let (early, late) = request.split_at(40);
+    s.write_all(early).await.unwrap();
+    // Long enough for several rest attempts with the head half-read.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    s.write_all(late).await.unwrap();
+    let (status, body) = read_response(&mut s).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"text\":\"split\""), "{body}");
+    echo(&mut s, addr, 3, "third").await;
+}
+
+/// A head trickled in one byte at a time after a rest is closed at the header deadline that
+/// started when the connection went quiet, not one that starts when the rest ends.
+#[tokio::test]
+async fn a_trickled_head_is_closed_at_the_deadline_that_began_when_it_went_quiet() {
+    let env = rest_env("idle_release_after = \"200ms\"\nheader_read_timeout = \"3s\"").await;
+    let addr = env.running.addr;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    echo(&mut s, addr, 1, "first").await;
+    let quiet = Instant::now();
+    assert!(eventually(Duration::from_secs(2), || at_rest(&env) == 1.0).await);
+    // At rest for most of the deadline, then the head starts and never ends.
+    tokio::time::sleep(Duration::from_millis(2500).saturating_sub(quiet.elapsed())).await;
+    let request = call_request(addr, 2, "echo", json!({"text": "never"}), "");
+    let mut closed_after = None;
+    for byte in request.iter().take(60) {
+        if s.write_all(&[*byte]).await.is_err() {
+            closed_after = Some(quiet.elapsed());
+            break;
+        }
+        let mut buf = [0u8; 64];
+        match tokio::time::timeout(Duration::from_millis(150), s.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => {
+                closed_after = Some(quiet.elapsed());
+                break;
+            }
+            Ok(Ok(_)) => panic!("no response is due"),
+            Err(_) => {}
+        }
+    }
+    let closed_after = closed_after.expect("the connection was closed while the head trickled");
+    println!("closed {closed_after:?} after the connection went quiet");
+    // 3 s after it went quiet; a deadline restarted at the rest's end would close it at 5.5 s.
+    assert!(
+        closed_after < Duration::from_millis(4500),
+        "{closed_after:?}"
+    );
+    assert_eq!(
+        metric(
+            &env.gw,
+            "mrtr_gateway_limit_hits_total",
+            &[("limit", "header_read_timeout")]
+        ),
+        1.0
+    );
+}
+
+/// A `Connection: close` response still flushing when the connection goes quiet ends with
+/// the connection closed: hyper closes it to end the exchange, and it is not rested.
+#[tokio::test]
+async fn a_connection_close_response_still_flushing_is_closed_not_rested() {
+    let env = rest_env("idle_release_after = \"200ms\"").await;
+    let addr = env.running.addr;
+    // A small receive buffer, and nothing read for a while: the response (3 MB) is handed to
+    // hyper whole but cannot be flushed until the client reads.
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut s = socket.connect(addr).await.unwrap();
+    const SIZE: u64 = 3_000_000;
+    s.write_all(&call_request(
+        addr,
+        1,
+        "big",
+        json!({"size": SIZE}),
+        "connection: close\r\n",
+    ))
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    let end = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    let head = String::from_utf8_lossy(&got[..got.len().min(400)]).into_owned();
+    let got = got.len();
+    assert!(
+        end.is_ok(),
+        "the connection was left open after its response ({got} bytes read)"
+    );
+    assert!(
+        got as u64 > SIZE,
+        "the whole response arrived: {got} bytes: {head}"
+    );
+    assert_eq!(at_rest(&env), 0.0);
+}
