@@ -265,3 +265,50 @@ async fn discover_lists_and_plain_calls() {
     assert_eq!(it.legacy.starts("add"), 1);
     it.stop().await;
 }
+
+#[tokio::test]
+async fn a_rested_connection_carries_the_python_clients_next_call() {
+    // The 2.x `Client` keeps its connection in httpx's pool between calls. Quiet for longer
+    // than idle_release_after, the connection rests in the gateway, and the next call comes
+    // on that same connection (same local port).
+    let legacy = PyLegacyServer::start(&[]).await;
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\nidle_release_after = \"200ms\"\n\
+         [upstream]\nurl = \"{}\"\n[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n",
+        legacy.url()
+    );
+    let cfg = mrtr_gateway::config::Config::from_toml_str(&text, &[], None).unwrap();
+    let (gw, running, url) = start_gateway(cfg).await;
+    let watch = gw.clone();
+    let seen_at_rest = tokio::spawn(async move {
+        eventually(std::time::Duration::from_secs(60), || {
+            metric(&watch, "mrtr_gateway_connections_at_rest", &[]) >= 1.0
+        })
+        .await
+    });
+    let r = modern_scenario(&url, "add", &["--repeat-after", "2", "--wire"]).await;
+    assert_ok(&r);
+    assert_eq!(result_text(&r), "5");
+    assert_eq!(
+        r["firstResult"]["content"][0]["text"], "5",
+        "{:?}",
+        r["firstResult"]
+    );
+    assert!(
+        seen_at_rest.await.unwrap(),
+        "the connection rested between the calls"
+    );
+    let ports: Vec<&Value> = r["http"]
+        .as_array()
+        .expect("--wire lists the exchanges")
+        .iter()
+        .map(|e| &e["clientPort"])
+        .collect();
+    assert!(ports.len() >= 2, "{ports:?}");
+    assert!(
+        ports[0].is_u64() && ports.iter().all(|p| *p == ports[0]),
+        "every exchange on one connection: {ports:?}"
+    );
+    running.stop().await;
+    legacy.kill().await;
+}

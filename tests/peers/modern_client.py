@@ -224,6 +224,11 @@ class Wire:
         entry["status"] = response.status_code
         entry["contentType"] = response.headers.get("content-type", "")
         entry["responseSessionId"] = response.headers.get("mcp-session-id")
+        # The local port of the connection the response came on (HTTP/1.1), to tell
+        # whether calls shared one connection.
+        stream = response.extensions.get("network_stream")
+        addr = stream.get_extra_info("client_addr") if stream is not None else None
+        entry["clientPort"] = addr[1] if addr else None
         if self.bodies and response.request.method == "POST":
             await response.aread()  # buffered; the SDK then reads the cached bytes
             dupes: list[str] = []
@@ -490,6 +495,12 @@ async def _scenario_body(stack: AsyncExitStack, args: argparse.Namespace, out: d
             out["result"] = await run_raw(client, peer, wire, kind, target, arguments, declared, out)
         elif kind == "tool":
             out["result"] = dump(await sdk(client.call_tool(target, arguments, progress_callback=peer.on_progress)))
+            if args.repeat_after is not None:
+                # The same call again on the same client after a pause (its pooled
+                # connection has been quiet that long).
+                out["firstResult"] = out["result"]
+                await anyio.sleep(args.repeat_after)
+                out["result"] = dump(await sdk(client.call_tool(target, arguments, progress_callback=peer.on_progress)))
         elif kind == "prompt":
             out["result"] = dump(await sdk(client.get_prompt(target, arguments)))
         else:
@@ -541,6 +552,7 @@ def main() -> int:
     parser.add_argument("--args", default="{}", help="JSON arguments for --scenario call")
     parser.add_argument("--log-level", help="stamp io.modelcontextprotocol/logLevel on requests")
     parser.add_argument("--roots", help="comma list of root URIs to answer roots/list with (default: answers.ROOTS)")
+    parser.add_argument("--repeat-after", type=float, help="tool scenarios: call again after this many seconds")
     parser.add_argument("--wire", action="store_true", help="include captured HTTP requests in the output")
     parser.add_argument("--timeout", type=float, default=30.0, help="per-request and whole-scenario limit (s)")
     parser.add_argument("--verbose", action="store_true")
