@@ -271,3 +271,81 @@ async fn a_connection_close_response_still_flushing_is_closed_not_rested() {
     );
     assert_eq!(at_rest(&env), 0.0);
 }
+
+/// Over TLS: the connection rests (the TLS session kept) and its next request is served on
+/// the same TLS connection.
+#[tokio::test]
+async fn a_tls_connection_rests_and_serves_its_next_request() {
+    use http_body_util::{BodyExt, Full};
+    use mrtr_gateway::front::{listener, tls::TlsReloader};
+    use mrtr_gateway::gateway::Gateway;
+
+    let legacy = LegacyServer::start(
+        LegacyServerConfig::default(),
+        super::with_echo(Handlers::new()),
+    )
+    .await
+    .unwrap();
+    let dir = TempDir::new("mrtr-rest");
+    let ca = crate::support::tls::Ca::new("test CA");
+    let leaf = ca.leaf("gateway", &["localhost"]);
+    std::fs::write(dir.path().join("tls.crt"), &leaf.cert_pem).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &leaf.key_pem).unwrap();
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\nidle_release_after = \"200ms\"\n\
+         [upstream]\nurl = \"{}\"\n[tls]\ncert_file = \"tls.crt\"\nkey_file = \"tls.key\"\n\
+         [[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n",
+        legacy.url()
+    );
+    let cfg = Config::from_toml_str(&text, &[], Some(dir.path())).unwrap();
+    let tls = std::sync::Arc::new(TlsReloader::load(cfg.tls.as_ref().unwrap()).unwrap());
+    let gw = Gateway::new(cfg);
+    let running =
+        listener::start_with_tls(gw.front.clone(), "127.0.0.1:0".parse().unwrap(), Some(tls))
+            .await
+            .unwrap();
+    let stream = crate::support::tls::connect(running.addr, &ca.pem(), None)
+        .await
+        .unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let client = ModernClient::new("https://localhost/mcp");
+    for (id, text) in [(1, "before"), (2, "after")] {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": client.params_with_meta(json!({"name": "echo", "arguments": {"text": text}}))});
+        let mut req = http::Request::builder()
+            .method("POST")
+            .uri("/mcp")
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        for (name, value) in &ModernClient::routing_headers(&body) {
+            req = req.header(name, value);
+        }
+        let resp = sender
+            .send_request(
+                req.body(Full::new(bytes::Bytes::from(
+                    serde_json::to_vec(&body).unwrap(),
+                )))
+                .unwrap(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("call {id} on the same TLS connection: {e}"));
+        assert_eq!(resp.status(), 200);
+        let got = resp.into_body().collect().await.unwrap().to_bytes();
+        let got = String::from_utf8_lossy(&got);
+        assert!(got.contains(&format!("\"text\":\"{text}\"")), "{got}");
+        if id == 1 {
+            let rested = || metric(&gw, "mrtr_gateway_connections_at_rest", &[]) == 1.0;
+            assert!(
+                eventually(Duration::from_secs(5), rested).await,
+                "the TLS connection rested"
+            );
+        }
+    }
+    running.stop().await;
+    legacy.shutdown().await;
+}
