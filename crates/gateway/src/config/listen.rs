@@ -12,7 +12,7 @@ pub struct ListenConfig {
     pub addr: SocketAddr,
     pub path: String,
     pub max_body_bytes: usize,
-    /// `Origin` values accepted (exact match, e.g. "https://app.example"); empty: only requests
+    /// `Origin` values accepted (exact match, e.g. `"https://app.example"`); empty: only requests
     /// without an `Origin` header, or whose `Origin` is a loopback origin, are accepted.
     pub allowed_origins: Vec<String>,
     pub header_read_timeout: Duration,

@@ -2,7 +2,7 @@
 //!
 //! Loading runs in three steps, each with one job:
 //! 1. parse the file into a TOML tree and apply `MRTR_GATEWAY__SECTION__KEY` environment
-//!    overrides onto that tree ([`env`]);
+//!    overrides onto that tree ([`mod@env`]);
 //! 2. deserialize the tree into [`raw::RawConfig`] (unknown keys are errors, and the error
 //!    names the key path);
 //! 3. validate into [`Config`]: parse addresses, durations and URLs, load key material.

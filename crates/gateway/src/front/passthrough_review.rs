@@ -2,7 +2,7 @@
 //!
 //! A legacy client's session is relayed byte for byte, but the questions the legacy server
 //! asks on it (`elicitation/create`, `sampling/createMessage`, `roots/list`) must meet the
-//! same [`policy::Stage`] a 2026-07-28 client's questions meet. [`Screen`] sits in the relay
+//! same [`Stage`] a 2026-07-28 client's questions meet. [`Screen`] sits in the relay
 //! of every SSE response (a POST's response stream and the standalone GET stream): it decodes
 //! the events with the wire crate's decoder, hands each server request to the stage, and
 //!
@@ -10,7 +10,7 @@
 //!   normalised form that was judged, a `maxTokens` lowered to the cap);
 //! - holds back a question the stage refuses: the client never sees it, and the legacy server
 //!   is answered on the session (a JSON-RPC response POSTed to it) exactly as the MRTR path
-//!   answers it, with [`policy::Refusal::legacy_answer`];
+//!   answers it, with [`Refusal::legacy_answer`];
 //! - reviews the URL elicitations of a legacy -32042 error the same way: one refused turns
 //!   the error into the one the MRTR path ends such a call with (-32603, `policyReason`);
 //! - drops the `data` of any other error when it carries a URL the policy refuses, as the
@@ -21,7 +21,7 @@
 //! `resources/read` and its name or URI), so `[[policy.rules]]` match as they do for modern
 //! calls. On the GET stream, or for a request that is not one of those calls (a batch, a
 //! notification), the asking call is unknown: the question may be only a kind that *every*
-//! rule allows ([`policy::Stage::review_unattributed`]).
+//! rule allows ([`Stage::review_unattributed`]).
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! The legacy `initialize` exchange, the same on every transport: the request the gateway
 //! sends, the checks on the answer, and the memory of which version the server chose.
 //!
-//! Capability shapes depend on the protocol version (see [`super::capabilities`]), and the
+//! Capability shapes depend on the protocol version (see [`mrtr_wire::capabilities`]), and the
 //! capabilities go out in the very `initialize` that negotiates the version. So the gateway
 //! remembers the version a server answered with last time and asks for that one next time;
 //! a server that speaks only an older version costs one mis-shaped `initialize`, once.
