@@ -343,19 +343,11 @@ async fn a_connection_must_send_its_first_request_within_header_read_timeout() {
     )
     .await
     .unwrap();
-    let dir = TempDir::new("mrtr-edge-tls");
-    let ca = crate::support::tls::Ca::new("edge CA");
-    let leaf = ca.leaf("gateway", &["localhost"]);
-    std::fs::write(dir.path().join("tls.crt"), &leaf.cert_pem).unwrap();
-    std::fs::write(dir.path().join("tls.key"), &leaf.key_pem).unwrap();
-    let text = format!(
-        "[listen]\naddr = \"127.0.0.1:0\"\nheader_read_timeout = \"1s\"\nidle_timeout = \"5m\"\n\
-         [upstream]\nurl = \"{}\"\n[tls]\ncert_file = \"tls.crt\"\nkey_file = \"tls.key\"\n\
-         [[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n",
-        legacy.url()
-    );
-    let cfg = Config::from_toml_str(&text, &[], Some(dir.path())).unwrap();
-    let (gw, running, _) = start_gateway(cfg).await;
+    let (gw, running, ca, _dir) = crate::support::tls::tls_gateway(
+        &legacy.url(),
+        "header_read_timeout = \"1s\"\nidle_timeout = \"5m\"",
+    )
+    .await;
     let mut tls = crate::support::tls::connect(running.addr, &ca.pem(), None)
         .await
         .expect("TLS handshake");

@@ -128,6 +128,15 @@ async fn echo(s: &mut TcpStream, addr: SocketAddr, id: u64, text: &str) {
     assert!(body.contains(&format!("\"text\":\"{text}\"")), "{body}");
 }
 
+/// A gateway with `listen` keys, and one connection to it that has made one `echo` call.
+async fn after_one_call(listen: &str) -> (Env, SocketAddr, TcpStream) {
+    let env = rest_env(listen).await;
+    let addr = env.running.addr;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    echo(&mut s, addr, 1, "first").await;
+    (env, addr, s)
+}
+
 fn at_rest(env: &Env) -> f64 {
     metric(&env.gw, "mrtr_gateway_connections_at_rest", &[])
 }
@@ -136,10 +145,7 @@ fn at_rest(env: &Env) -> f64 {
 /// `idle_release_after = "0s"` it never rests.
 #[tokio::test]
 async fn a_quiet_connection_rests_and_serves_its_next_request() {
-    let env = rest_env("idle_release_after = \"200ms\"").await;
-    let addr = env.running.addr;
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    echo(&mut s, addr, 1, "before").await;
+    let (env, addr, mut s) = after_one_call("idle_release_after = \"200ms\"").await;
     assert!(
         eventually(Duration::from_secs(5), || at_rest(&env) == 1.0).await,
         "the connection went to rest"
@@ -151,10 +157,7 @@ async fn a_quiet_connection_rests_and_serves_its_next_request() {
     drop(s);
     assert!(eventually(Duration::from_secs(5), || at_rest(&env) == 0.0).await);
 
-    let never = rest_env("idle_release_after = \"0s\"").await;
-    let addr = never.running.addr;
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    echo(&mut s, addr, 1, "before").await;
+    let (never, addr, mut s) = after_one_call("idle_release_after = \"0s\"").await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(at_rest(&never), 0.0);
     echo(&mut s, addr, 2, "after").await;
@@ -164,10 +167,7 @@ async fn a_quiet_connection_rests_and_serves_its_next_request() {
 /// whole, and the connection stays usable.
 #[tokio::test]
 async fn a_request_split_across_the_rest_is_served_whole() {
-    let env = rest_env("idle_release_after = \"200ms\"").await;
-    let addr = env.running.addr;
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    echo(&mut s, addr, 1, "first").await;
+    let (_env, addr, mut s) = after_one_call("idle_release_after = \"200ms\"").await;
     let request = call_request(addr, 2, "echo", json!({"text": "split"}), "");
     let (early, late) = request.split_at(40);
     s.write_all(early).await.unwrap();
@@ -184,10 +184,8 @@ async fn a_request_split_across_the_rest_is_served_whole() {
 /// started when the connection went quiet, not one that starts when the rest ends.
 #[tokio::test]
 async fn a_trickled_head_is_closed_at_the_deadline_that_began_when_it_went_quiet() {
-    let env = rest_env("idle_release_after = \"200ms\"\nheader_read_timeout = \"3s\"").await;
-    let addr = env.running.addr;
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    echo(&mut s, addr, 1, "first").await;
+    let (env, addr, mut s) =
+        after_one_call("idle_release_after = \"200ms\"\nheader_read_timeout = \"3s\"").await;
     let quiet = Instant::now();
     assert!(eventually(Duration::from_secs(2), || at_rest(&env) == 1.0).await);
     // At rest for most of the deadline, then the head starts and never ends.
@@ -277,8 +275,6 @@ async fn a_connection_close_response_still_flushing_is_closed_not_rested() {
 #[tokio::test]
 async fn a_tls_connection_rests_and_serves_its_next_request() {
     use http_body_util::{BodyExt, Full};
-    use mrtr_gateway::front::{listener, tls::TlsReloader};
-    use mrtr_gateway::gateway::Gateway;
 
     let legacy = LegacyServer::start(
         LegacyServerConfig::default(),
@@ -286,24 +282,8 @@ async fn a_tls_connection_rests_and_serves_its_next_request() {
     )
     .await
     .unwrap();
-    let dir = TempDir::new("mrtr-rest");
-    let ca = crate::support::tls::Ca::new("test CA");
-    let leaf = ca.leaf("gateway", &["localhost"]);
-    std::fs::write(dir.path().join("tls.crt"), &leaf.cert_pem).unwrap();
-    std::fs::write(dir.path().join("tls.key"), &leaf.key_pem).unwrap();
-    let text = format!(
-        "[listen]\naddr = \"127.0.0.1:0\"\nidle_release_after = \"200ms\"\n\
-         [upstream]\nurl = \"{}\"\n[tls]\ncert_file = \"tls.crt\"\nkey_file = \"tls.key\"\n\
-         [[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n",
-        legacy.url()
-    );
-    let cfg = Config::from_toml_str(&text, &[], Some(dir.path())).unwrap();
-    let tls = std::sync::Arc::new(TlsReloader::load(cfg.tls.as_ref().unwrap()).unwrap());
-    let gw = Gateway::new(cfg);
-    let running =
-        listener::start_with_tls(gw.front.clone(), "127.0.0.1:0".parse().unwrap(), Some(tls))
-            .await
-            .unwrap();
+    let (gw, running, ca, _dir) =
+        crate::support::tls::tls_gateway(&legacy.url(), "idle_release_after = \"200ms\"").await;
     let stream = crate::support::tls::connect(running.addr, &ca.pem(), None)
         .await
         .unwrap();

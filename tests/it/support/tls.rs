@@ -201,3 +201,32 @@ pub fn openssl_spki_pin(crt: &std::path::Path) -> String {
     );
     format!("sha256//{}", String::from_utf8(out.stdout).unwrap().trim())
 }
+
+/// A gateway serving TLS in front of `legacy_url` (a leaf for `localhost` from a fresh CA),
+/// with `listen` keys in `[listen]`. Returns the gateway, its listener, the CA its clients
+/// trust, and the directory holding the certificate (removed when dropped).
+pub async fn tls_gateway(
+    legacy_url: &str,
+    listen: &str,
+) -> (
+    Arc<mrtr_gateway::gateway::Gateway>,
+    mrtr_gateway::front::listener::Running,
+    Ca,
+    super::TempDir,
+) {
+    let dir = super::TempDir::new("mrtr-tls");
+    let ca = Ca::new("test CA");
+    let leaf = ca.leaf("gateway", &["localhost"]);
+    std::fs::write(dir.path().join("tls.crt"), &leaf.cert_pem).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &leaf.key_pem).unwrap();
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\n{listen}\n\
+         [upstream]\nurl = \"{legacy_url}\"\n[tls]\ncert_file = \"tls.crt\"\nkey_file = \"tls.key\"\n\
+         [[state.keys]]\nid = \"k1\"\nsecret = \"{}\"\n",
+        super::TEST_KEY
+    );
+    let cfg = mrtr_gateway::config::Config::from_toml_str(&text, &[], Some(dir.path()))
+        .unwrap_or_else(|e| panic!("TLS test config: {e}\n{text}"));
+    let (gw, running, _) = super::start_gateway(cfg).await;
+    (gw, running, ca, dir)
+}
