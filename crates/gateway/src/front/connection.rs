@@ -219,13 +219,10 @@ struct Watch<'a> {
     tick: Interval,
 }
 
-/// What ends a wait for a connection's next bytes.
-enum Waited<I> {
-    Bytes(Prefixed<I>),
-    /// The client left, or a limit closed the connection (already counted).
-    Gone,
-    /// Shutdown, the request path, or `idle_timeout`: the connection is closed gracefully.
-    Close(I),
+/// The protocol a connection speaks, told by its first bytes.
+enum Protocol {
+    Http1,
+    Http2,
 }
 
 impl Watch<'_> {
@@ -242,66 +239,59 @@ impl Watch<'_> {
         }
     }
 
-    /// Waits for bytes on `io`, reading at most `buf.len()`.
-    async fn next_bytes<I>(&mut self, mut io: I, buf: &mut [u8]) -> Waited<I>
+    /// Waits for bytes on `io`, reading at most `buf.len()`. `None` when the connection ends
+    /// instead: the client left, a limit closed it (counted here), or shutdown or the request
+    /// path closed it (gracefully, as `idle_timeout` does).
+    async fn next_bytes<I>(&mut self, mut io: I, buf: &mut [u8]) -> Option<Prefixed<I>>
     where
         I: AsyncRead + AsyncWrite + Unpin,
     {
         loop {
             tokio::select! {
                 read = io.read(buf) => return match read {
-                    Ok(0) | Err(_) => Waited::Gone,
-                    Ok(n) => Waited::Bytes(Prefixed { prefix: Bytes::copy_from_slice(&buf[..n]), io }),
+                    Ok(0) | Err(_) => None,
+                    Ok(n) => Some(Prefixed { prefix: Bytes::copy_from_slice(&buf[..n]), io }),
                 },
-                _ = self.shutdown.cancelled() => return Waited::Close(io),
-                _ = self.close.cancelled() => return Waited::Close(io),
+                _ = self.shutdown.cancelled() => break,
+                _ = self.close.cancelled() => break,
                 _ = self.tick.tick() => match self.waited_too_long() {
                     Some(limit) if limit == self.counter.idle => {
                         self.counter.hit(limit);
-                        return Waited::Close(io);
+                        break;
                     }
                     Some(limit) => {
                         self.counter.hit(limit);
-                        return Waited::Gone;
+                        return None;
                     }
                     None => {}
                 },
             }
         }
+        let _ = io.shutdown().await;
+        None
     }
 
     /// Reads the first bytes and tells HTTP/2 (its preface) from HTTP/1.
-    async fn protocol<I>(&mut self, io: I) -> Option<(bool, Prefixed<I>)>
+    async fn protocol<I>(&mut self, mut io: I) -> Option<(Protocol, Prefixed<I>)>
     where
         I: AsyncRead + AsyncWrite + Unpin,
     {
         let mut buf = [0u8; H2_PREFACE.len()];
-        let mut seen = Prefixed {
-            prefix: Bytes::new(),
-            io,
-        };
-        let mut filled = Vec::new();
+        let mut seen = Vec::with_capacity(H2_PREFACE.len());
         loop {
-            let rest = buf.len() - filled.len();
-            match self.next_bytes(seen.io, &mut buf[..rest]).await {
-                Waited::Bytes(p) => {
-                    filled.extend_from_slice(&p.prefix);
-                    seen.io = p.io;
-                }
-                Waited::Gone => return None,
-                Waited::Close(mut io) => {
-                    let _ = io.shutdown().await;
-                    return None;
-                }
-            }
-            if H2_PREFACE[..filled.len()] != filled[..] {
-                seen.prefix = filled.into();
-                return Some((false, seen));
-            }
-            if filled.len() == H2_PREFACE.len() {
-                seen.prefix = filled.into();
-                return Some((true, seen));
-            }
+            let more = H2_PREFACE.len() - seen.len();
+            let got = self.next_bytes(io, &mut buf[..more]).await?;
+            seen.extend_from_slice(&got.prefix);
+            io = got.io;
+            let protocol = if H2_PREFACE[..seen.len()] != seen[..] {
+                Protocol::Http1
+            } else if seen.len() == H2_PREFACE.len() {
+                Protocol::Http2
+            } else {
+                continue;
+            };
+            let prefix = seen.into();
+            return Some((protocol, Prefixed { prefix, io }));
         }
     }
 
@@ -425,14 +415,10 @@ impl Watch<'_> {
             if rested.prefix.is_empty() {
                 let _rest = self.counter.at_rest.as_ref().map(|g| Held::new(g.clone()));
                 let mut buf = [0u8; WAKE_READ];
-                rested = match self.next_bytes(rested.io, &mut buf).await {
-                    Waited::Bytes(p) => p,
-                    Waited::Gone => return,
-                    Waited::Close(mut io) => {
-                        let _ = io.shutdown().await;
-                        return;
-                    }
+                let Some(woken) = self.next_bytes(rested.io, &mut buf).await else {
+                    return;
                 };
+                rested = woken;
             }
             // hyper's header deadline starts when the connection goes quiet; the new
             // connection gets what is left of it.
@@ -488,8 +474,8 @@ pub async fn serve<I, H, F>(
         tick: tokio::time::interval(tick_every),
     };
     match watch.protocol(io).await {
-        Some((true, io)) => watch.serve_h2(io, svc).await,
-        Some((false, io)) => watch.serve_h1(io, svc).await,
+        Some((Protocol::Http2, io)) => watch.serve_h2(io, svc).await,
+        Some((Protocol::Http1, io)) => watch.serve_h1(io, svc).await,
         None => {}
     }
 }

@@ -5,8 +5,9 @@
 //! GET stream (some SDKs send server requests only there; Python's `list_roots()` does).
 //! [`HttpSession::request`] POSTs a request and hands its response stream over on the
 //! session's channel, to be read by whoever reads the session (see `exchange::Reader`);
-//! [`HttpSession::respond`] answers a server request; [`LegacySession::close`](super::session::LegacySession::close) DELETEs the
-//! session. Dropping a session without closing it still DELETEs it, in the background.
+//! [`HttpSession::respond`] answers a server request;
+//! [`LegacySession::close`](super::session::LegacySession::close) DELETEs the session.
+//! Dropping a session without closing it still DELETEs it, in the background.
 //!
 //! Everything the server sends, from any stream, arrives on one channel as [`Inbound`] items
 //! tagged with the stream it came on, so the caller reads one place. Server-request ids are
