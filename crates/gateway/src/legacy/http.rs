@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::handshake::VersionMemory;
@@ -141,7 +141,7 @@ impl UpstreamHttp {
         let mut req = Request::builder()
             .method(method)
             .uri(path)
-            .body(Full::new(body.unwrap_or_default()))
+            .body(body.unwrap_or_default())
             .expect("request parts are valid");
         *req.headers_mut() = headers;
         req.headers_mut().insert(header::HOST, host);
@@ -149,7 +149,7 @@ impl UpstreamHttp {
         match tokio::time::timeout(timeout, self.conns.send(uri, req)).await {
             Err(_) => Err(HttpError::Timeout(timeout)),
             Ok(Err(SendError::Connect(e))) => Err(connect_error(e.as_ref())),
-            Ok(Err(SendError::Http(e))) => Err(connect_error(&e)),
+            Ok(Err(SendError::Exchange(e))) => Err(connect_error(&e)),
             Ok(Ok(resp)) => Ok(resp),
         }
     }

@@ -1,17 +1,21 @@
 //! The HTTP/1 connections to the legacy server, each driven by whoever reads its response.
 //!
-//! A hyper client connection is a future that does the connection's I/O. hyper-util's pooled
-//! client spawns it as a task of its own, so every upstream request crossed two tasks (the
-//! caller's and the connection's) and every response frame came back through a channel, with
-//! a wake-up between threads each way; and it spawned one more task per request to return the
-//! connection to its pool. Here the connection future travels with the request instead:
+//! The exchange is the gateway's own ([`super::h1`] frames the bytes), done in the task of
+//! whoever needs it: sending writes the request and reads the response head in the sender's
+//! task; the response body ([`ConnBody`]) reads its connection when it is polled, so the task
+//! that reads the body (the call's, the parking lot's, the GET stream's) does the
+//! connection's reads. There is no task of the connection's own and no channel between it and
+//! the reader (hyper-util's pooled client had both, and a wake-up between threads each way).
 //!
-//! - sending polls the connection in the sender's task until the response head arrives;
-//! - the response body ([`ConnBody`]) owns the connection and polls it before each frame, so
-//!   the task that reads the body (the call's, the parking lot's, the GET stream's) does the
-//!   connection's reads;
-//! - a body read to its end, or dropped when it had nothing left, gives its connection back to
-//!   the idle set, which the next request takes it from (most recently returned first);
+//! A body holds no read buffer between reads. Each poll reads into the reader's stack, decodes
+//! the framing there, and copies out the data it carried; the decoder keeps its place in a few
+//! integers. A stream that waits for the server (a parked call's, a session's GET stream)
+//! holds its socket and little else. hyper's client connection kept an 8 KiB write buffer and
+//! an 8 KiB read buffer for as long as it was open, which was most of what a parked call held.
+//!
+//! - a body read to its end gives its connection back to the idle set, which the next request
+//!   takes it from (most recently returned first); a response that arrived whole with its head
+//!   gives it back at once, before its body is read;
 //! - a body dropped before its end first takes, without waiting, what has already arrived; a
 //!   response to a POST or DELETE (a stream that ends right after its last message, which a
 //!   reader stops at) then gets [`FINISH_WITHIN`] (20 ms) in a task to end and give its connection
@@ -24,10 +28,10 @@
 //! request for another is refused rather than sent on a connection to a different server
 //! (the HTTP+SSE transport already refuses an `endpoint` on another origin).
 //!
-//! An idle connection is polled by nobody, so a close by the server shows only when the
+//! An idle connection is read by nobody, so a close by the server shows only when the
 //! connection is taken: [`Conns::take`] polls it once without waiting and passes over one that
-//! ended. A request that found its connection closed before a byte of it was written goes
-//! once more on a new connection; one that may have reached the server does not.
+//! ended. A request whose write failed before a byte of it was taken, on a connection that had
+//! served before, goes once more; one that may have reached the server does not.
 //! Idle connections are kept within [`IdleLimits`] (how long, how many). A
 //! task looks over the idle ones every [`REAP_EVERY`] and closes those the server closed or
 //! that waited too long, so a quiet gateway keeps no half-closed sockets; it ends with the
@@ -38,23 +42,22 @@
 //! dropped, whichever path drops it, so opened minus closed is always what is open.
 
 use std::collections::VecDeque;
-use std::future::Future;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::client::conn::http1::{Connection, SendRequest};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tower_service::Service;
 
+use super::h1::{self, Decoder, H1Error};
 use crate::metrics::{ConnClose, ConnMetrics};
 
 /// How long idle connections are kept, and how many (`upstream.connection_idle_timeout`,
@@ -70,12 +73,17 @@ pub struct IdleLimits {
 /// How often idle connections are looked over.
 pub const REAP_EVERY: Duration = Duration::from_secs(2);
 
-type Io = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
+/// The most bytes one read of a response takes (on the reader's stack).
+const READ_CHUNK: usize = 16 * 1024;
 
-/// One connection: the handle requests go through and the future that does its I/O.
+type Io = TokioIo<MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>>;
+
+/// One connection: its socket, where its current response's body stands, and its count.
 struct Conn {
-    sender: SendRequest<Full<Bytes>>,
-    io: Connection<Io, Full<Bytes>>,
+    io: Io,
+    body: Decoder,
+    /// The current response lets the connection carry another request after it.
+    keep_alive: bool,
     /// Counted closed when dropped, for the reason last set.
     closing: Closing,
 }
@@ -93,30 +101,23 @@ impl Drop for Closing {
 }
 
 impl Conn {
-    /// Why the connection cannot take a request now, if it cannot: polled once, without
-    /// waiting, it has ended or is still busy with the last one.
+    /// Why the idle connection cannot take a request now, if it cannot: read once, without
+    /// waiting, it has ended, failed, or sent bytes nobody asked for.
     fn unusable(&mut self) -> Option<ConnClose> {
         let mut cx = Context::from_waker(Waker::noop());
-        match Pin::new(&mut self.io).poll(&mut cx) {
-            Poll::Ready(r) => Some(ended(r)),
-            Poll::Pending if self.sender.is_closed() || !self.sender.is_ready() => {
-                Some(ConnClose::ServerClosed)
-            }
+        let mut probe = [MaybeUninit::<u8>::uninit(); 64];
+        let mut buf = ReadBuf::uninit(&mut probe);
+        match Pin::new(&mut self.io).poll_read(&mut cx, &mut buf) {
             Poll::Pending => None,
+            Poll::Ready(Ok(())) if buf.filled().is_empty() => Some(ConnClose::ServerClosed),
+            Poll::Ready(Ok(())) => Some(ConnClose::Failed),
+            Poll::Ready(Err(_)) => Some(ConnClose::Failed),
         }
     }
 
     /// Closes the connection (drops it), counted for `why`.
     fn close(mut self: Box<Self>, why: ConnClose) {
         self.closing.why = why;
-    }
-}
-
-/// Why a connection whose future returned `r` ended.
-fn ended(r: hyper::Result<()>) -> ConnClose {
-    match r {
-        Ok(()) => ConnClose::ServerClosed,
-        Err(_) => ConnClose::Failed,
     }
 }
 
@@ -127,7 +128,7 @@ struct IdleConn {
 
 impl IdleConn {
     /// Why this idle connection should be closed rather than kept or reused, if it should:
-    /// idle too long, or (polled once) ended or busy.
+    /// idle too long, or (read once) ended.
     fn spent(&mut self, for_at_most: Duration) -> Option<ConnClose> {
         match self.since.elapsed() >= for_at_most {
             true => Some(ConnClose::IdleTimeout),
@@ -152,7 +153,16 @@ pub enum SendError {
     /// Opening a connection failed.
     Connect(Box<dyn std::error::Error + Send + Sync>),
     /// The exchange failed on an open connection.
-    Http(hyper::Error),
+    Exchange(ExchangeError),
+}
+
+/// A connection that failed mid-exchange: its socket, or the bytes the server sent.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    #[error("the connection failed")]
+    Io(#[source] std::io::Error),
+    #[error(transparent)]
+    Protocol(#[from] H1Error),
 }
 
 impl Conns {
@@ -244,9 +254,15 @@ impl Conns {
         None
     }
 
+    /// Takes back a connection whose response has ended.
     fn give_back(&self, mut conn: Box<Conn>) {
+        if !conn.keep_alive {
+            // The server said it would close it (`Connection: close`, or a body that ends
+            // at the close).
+            conn.close(ConnClose::ServerClosed);
+            return;
+        }
         if let Some(why) = conn.unusable() {
-            // The server closed it, or said it would (`Connection: close`).
             conn.close(why);
             return;
         }
@@ -294,13 +310,11 @@ impl Conns {
                 .await
                 .map_err(SendError::Connect)?;
             let io = connector.call(uri).await.map_err(SendError::Connect)?;
-            let (sender, io) = hyper::client::conn::http1::handshake(io)
-                .await
-                .map_err(SendError::Http)?;
             metrics.opened(&method);
             Ok(Box::new(Conn {
-                sender,
-                io,
+                io: TokioIo::new(io),
+                body: Decoder::length(0),
+                keep_alive: true,
                 closing: Closing {
                     metrics,
                     why: ConnClose::Unfinished,
@@ -318,7 +332,7 @@ impl Conns {
     pub async fn send(
         self: &Arc<Self>,
         uri: &http::Uri,
-        mut req: Request<Full<Bytes>>,
+        req: Request<Bytes>,
     ) -> Result<Response<ConnBody>, SendError> {
         if (uri.scheme(), uri.authority()) != (self.origin.0.as_ref(), self.origin.1.as_ref()) {
             return Err(SendError::Connect(
@@ -326,75 +340,105 @@ impl Conns {
             ));
         }
         let finishes = req.method() != http::Method::GET;
-        // A reused connection may have been closed under us; a new one is tried once.
-        let mut reused = true;
-        loop {
-            let mut conn = match self.take() {
-                Some(c) => c,
-                None => {
-                    reused = false;
-                    self.connect(uri, req.method()).await?
-                }
+        let wire = h1::encode_request(&req);
+        let method = req.method();
+        // A connection that served before may have been closed under us: the request goes
+        // once more if not a byte of it was taken.
+        let mut retried = false;
+        let mut conn = loop {
+            let (mut conn, reused) = match self.take() {
+                Some(c) => (c, true),
+                None => (self.connect(uri, method).await?, false),
             };
-            let sent = conn.sender.try_send_request(req);
-            tokio::pin!(sent);
-            let head = std::future::poll_fn(|cx| {
-                if let Poll::Ready(r) = sent.as_mut().poll(cx) {
-                    return Poll::Ready(Ok(r));
+            match write_all(&mut conn.io, &wire).await {
+                Ok(()) => break conn,
+                Err((0, _)) if reused && !retried => {
+                    conn.close(ConnClose::ServerClosed);
+                    retried = true;
                 }
-                match Pin::new(&mut conn.io).poll(cx) {
-                    // The connection ended; the request's future now says how.
-                    Poll::Ready(r) => Poll::Ready(Err(ended(r))),
-                    Poll::Pending => Poll::Pending,
+                Err((_, e)) => {
+                    conn.close(ConnClose::Failed);
+                    return Err(SendError::Exchange(ExchangeError::Io(e)));
                 }
-            })
-            .await;
-            let head = match head {
-                Ok(r) => r,
-                Err(why) => {
-                    conn.closing.why = why;
-                    sent.await
-                }
-            };
-            match head {
-                Ok(resp) => {
-                    let (parts, body) = resp.into_parts();
-                    return Ok(Response::from_parts(
-                        parts,
-                        ConnBody {
-                            body: Some(body),
-                            conn: Some(conn),
-                            conns: self.clone(),
-                            finishes,
-                        },
-                    ));
-                }
-                Err(mut e) => match e.take_message() {
-                    Some(back) if reused => {
-                        // Closed under us before the request was written.
-                        conn.close(ConnClose::ServerClosed);
-                        req = back;
-                        reused = false;
-                    }
-                    _ => {
-                        if conn.closing.why == ConnClose::Unfinished {
-                            conn.closing.why = ConnClose::Failed;
-                        }
-                        return Err(SendError::Http(e.into_error()));
-                    }
-                },
             }
+        };
+        let (head, first) = match read_head(&mut conn, method).await {
+            Ok(r) => r,
+            Err(e) => {
+                conn.close(ConnClose::Failed);
+                return Err(SendError::Exchange(e));
+            }
+        };
+        conn.body = head.body;
+        conn.keep_alive = head.keep_alive;
+        let mut body = ConnBody {
+            first,
+            conn: Some(conn),
+            conns: self.clone(),
+            finishes,
+        };
+        if body.conn.as_ref().is_some_and(|c| c.body.is_done()) {
+            // The whole response came with its head: the connection is free already.
+            body.finish();
+        }
+        let mut resp = Response::new(body);
+        *resp.status_mut() = head.status;
+        *resp.version_mut() = head.version;
+        *resp.headers_mut() = head.headers;
+        Ok(resp)
+    }
+}
+
+/// Writes `bytes`; on failure, how many were taken and why.
+async fn write_all(io: &mut Io, bytes: &[u8]) -> Result<(), (usize, std::io::Error)> {
+    let mut sent = 0;
+    while sent < bytes.len() {
+        match io.write(&bytes[sent..]).await {
+            Ok(0) => return Err((sent, std::io::ErrorKind::WriteZero.into())),
+            Ok(n) => sent += n,
+            Err(e) => return Err((sent, e)),
+        }
+    }
+    io.flush().await.map_err(|e| (sent, e))
+}
+
+/// Reads a response head on `conn`, and decodes the body bytes that came with it.
+async fn read_head(
+    conn: &mut Conn,
+    method: &http::Method,
+) -> Result<(h1::Head, Option<Bytes>), ExchangeError> {
+    let mut buf = Vec::with_capacity(1024);
+    loop {
+        if buf.len() == buf.capacity() {
+            buf.reserve(buf.len());
+        }
+        let n = conn
+            .io
+            .read_buf(&mut buf)
+            .await
+            .map_err(ExchangeError::Io)?;
+        if n == 0 {
+            return Err(H1Error::Incomplete.into());
+        }
+        if let Some((mut head, taken)) = h1::parse_head(&buf, method)? {
+            let mut data = BytesMut::new();
+            let rest = head.body.decode(&buf[taken..], &mut data)?;
+            if rest.after_end > 0 {
+                // Bytes nobody asked for: the connection cannot be trusted with another.
+                head.keep_alive = false;
+            }
+            let first = (!data.is_empty()).then(|| data.freeze());
+            return Ok((head, first));
         }
     }
 }
 
-/// A response body that drives its connection, and gives the connection back when done.
+/// A response body that reads its connection, and gives the connection back when done.
 pub struct ConnBody {
-    /// `None` only once a drop has handed it on.
-    body: Option<Incoming>,
-    /// `None` once the connection has ended or been given back. Boxed: the connection's
-    /// state is large (its I/O type has room for a TLS session even over plain TCP), and a
-    /// body is moved and held inline by the futures that read it.
+    /// Body bytes that came with the head, not yet taken.
+    first: Option<Bytes>,
+    /// `None` once the connection has ended or been given back. Boxed: a body is moved and
+    /// held inline by the futures that read it.
     conn: Option<Box<Conn>>,
     conns: Arc<Conns>,
     /// The response ends on its own (not a GET stream): dropped before its end, it is read
@@ -408,46 +452,91 @@ impl ConnBody {
             self.conns.give_back(conn);
         }
     }
+
+    /// Reads and decodes what has arrived on the connection, until some data or the end.
+    fn poll_read_data(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, ExchangeError>>> {
+        loop {
+            let Some(conn) = &mut self.conn else {
+                return Poll::Ready(None);
+            };
+            if conn.body.is_done() {
+                self.finish();
+                return Poll::Ready(None);
+            }
+            let mut stack = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
+            let mut buf = ReadBuf::uninit(&mut stack);
+            let read = std::task::ready!(Pin::new(&mut conn.io).poll_read(cx, &mut buf));
+            let outcome = match read {
+                Err(e) => Err((ConnClose::Failed, ExchangeError::Io(e))),
+                Ok(()) if buf.filled().is_empty() => match conn.body.ends_at_close() {
+                    true => {
+                        conn.closing.why = ConnClose::ServerClosed;
+                        self.conn = None;
+                        return Poll::Ready(None);
+                    }
+                    false => Err((ConnClose::ServerClosed, H1Error::Incomplete.into())),
+                },
+                Ok(()) => {
+                    let mut data = BytesMut::with_capacity(buf.filled().len());
+                    match conn.body.decode(buf.filled(), &mut data) {
+                        Ok(d) => {
+                            if d.after_end > 0 {
+                                conn.keep_alive = false;
+                            }
+                            if conn.body.is_done() {
+                                self.finish();
+                            }
+                            Ok(data)
+                        }
+                        Err(e) => Err((ConnClose::Failed, e.into())),
+                    }
+                }
+            };
+            match outcome {
+                Ok(data) if data.is_empty() => continue,
+                Ok(data) => return Poll::Ready(Some(Ok(data.freeze()))),
+                Err((why, e)) => {
+                    if let Some(conn) = self.conn.take() {
+                        conn.close(why);
+                    }
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+    }
 }
 
 impl Body for ConnBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = ExchangeError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = &mut *self;
-        if let Some(conn) = &mut this.conn
-            && let Poll::Ready(r) = Pin::new(&mut conn.io).poll(cx)
-        {
-            // Ended: what it read is in the body already, and the body says how it ended.
-            conn.closing.why = ended(r);
-            this.conn = None;
+    ) -> Poll<Option<Result<Frame<Bytes>, ExchangeError>>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(Frame::data(first))));
         }
-        let Some(body) = &mut this.body else {
-            return Poll::Ready(None);
-        };
-        let frame = Pin::new(body).poll_frame(cx);
-        if let Poll::Ready(None) = frame {
-            this.finish();
-        }
-        frame
+        self.poll_read_data(cx)
+            .map(|r| r.map(|r| r.map(Frame::data)))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.as_ref().is_none_or(Body::is_end_stream)
+        self.first.is_none() && self.conn.as_ref().is_none_or(|c| c.body.is_done())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body
-            .as_ref()
-            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+        match self.is_end_stream() {
+            true => SizeHint::with_exact(0),
+            false => SizeHint::default(),
+        }
     }
 }
 
-/// Frames a dropped body may still take, without waiting, to reach its end.
+/// Reads a dropped body may still make, without waiting, to reach its end.
 const DRAIN_ON_DROP: usize = 8;
 
 /// How long a dropped response to a POST or DELETE may take to end (in a task) before its
@@ -463,42 +552,25 @@ const FINISH_BYTES: usize = 64 * 1024;
 impl Drop for ConnBody {
     fn drop(&mut self) {
         // A body dropped with its end already arrived (the last event's terminator usually
-        // comes with it; a 202 or an empty 200 has nothing at all) gives its connection back.
-        // What is there is read without waiting; a body whose end has not arrived closes its
-        // connection, as HTTP/1 cannot be reused mid-response.
+        // comes with it) gives its connection back. What is there is read without waiting;
+        // a body whose end has not arrived closes its connection, as HTTP/1 cannot be reused
+        // mid-response.
         let mut cx = Context::from_waker(Waker::noop());
         for _ in 0..DRAIN_ON_DROP {
-            let Some(body) = &mut self.body else { return };
-            if self.conn.is_none() || body.is_end_stream() {
-                break;
-            }
-            if let Some(conn) = &mut self.conn
-                && let Poll::Ready(r) = Pin::new(&mut conn.io).poll(&mut cx)
-            {
-                conn.closing.why = ended(r);
-                self.conn = None;
-                break;
-            }
-            let Some(body) = &mut self.body else { return };
-            match Pin::new(body).poll_frame(&mut cx) {
+            match self.poll_read_data(&mut cx) {
                 Poll::Ready(Some(Ok(_))) => continue,
-                Poll::Ready(None) => break,
-                Poll::Ready(Some(Err(_))) => return,
-                Poll::Pending => break,
+                Poll::Ready(_) | Poll::Pending => break,
             }
         }
-        if Body::is_end_stream(self) {
-            self.finish();
+        let Some(conn) = self.conn.take() else {
             return;
-        }
-        // A stream that ends on its own (not a GET stream) gets a moment to do so in a task,
-        // as a connection's own task would have read its end.
+        };
+        // A stream that ends on its own (not a GET stream) gets a moment to do so in a task.
         if self.finishes
-            && let Some(conn) = self.conn.take()
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
             let rest = ConnBody {
-                body: self.body.take(),
+                first: None,
                 conn: Some(conn),
                 conns: self.conns.clone(),
                 finishes: false,
@@ -518,7 +590,9 @@ impl Drop for ConnBody {
                 .await;
                 // Given back by its end, or closed here.
             });
+            return;
         }
+        conn.close(ConnClose::Unfinished);
     }
 }
 
@@ -648,11 +722,11 @@ mod tests {
         )
     }
 
-    fn get(uri: &http::Uri) -> Request<Full<Bytes>> {
+    fn get(uri: &http::Uri) -> Request<Bytes> {
         Request::builder()
             .uri(uri.path())
             .header(http::header::HOST, uri.authority().unwrap().as_str())
-            .body(Full::new(Bytes::new()))
+            .body(Bytes::new())
             .unwrap()
     }
 
@@ -870,8 +944,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_response_that_came_whole_with_its_head_frees_its_connection_at_once() {
+        // Held unread, such responses still share one connection: their bodies were read
+        // with their heads.
+        let (url, accepted) = server("small", usize::MAX);
+        let uri: http::Uri = url.parse().unwrap();
+        let conns = conns(&uri);
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(conns.send(&uri, get(&uri)).await.unwrap());
+            assert_eq!(conns.idle_count(), 1, "given back before its body is read");
+        }
+        for resp in held {
+            assert_eq!(read_all(resp).await, "small");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
     async fn idle_connections_are_kept_within_their_limits() {
-        let (url, accepted) = server("kept", usize::MAX);
+        // Each body's second half comes a moment after its head, so a response held
+        // unread holds its connection.
+        let (url, accepted) = server_with("kept", usize::MAX, Some(Duration::from_millis(20)));
         let uri: http::Uri = url.parse().unwrap();
         // Three responses held at once need three connections; one is kept idle after.
         let metrics = ConnMetrics::counting();
@@ -907,5 +1001,141 @@ mod tests {
         let resp = conns.send(&uri, get(&uri)).await.unwrap();
         assert_eq!(read_all(resp).await, "kept");
         assert_eq!(accepted.load(Ordering::SeqCst), 7);
+    }
+
+    /// A server on loopback that answers each request on a connection with the next script:
+    /// its pieces written one by one, `gap` apart; after the last script it closes. Counts
+    /// the connections it accepted.
+    fn scripted(scripts: Vec<Vec<&'static [u8]>>, gap: Duration) -> (http::Uri, Arc<AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                loop {
+                    let (mut s, _) = listener.accept().await.unwrap();
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let scripts = scripts.clone();
+                    tokio::spawn(async move {
+                        let mut buf = Vec::new();
+                        for script in scripts {
+                            let mut chunk = [0u8; 4096];
+                            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                                match s.read(&mut chunk).await {
+                                    Ok(0) | Err(_) => return,
+                                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                                }
+                            }
+                            buf.clear();
+                            for piece in script {
+                                if s.write_all(piece).await.is_err() {
+                                    return;
+                                }
+                                tokio::time::sleep(gap).await;
+                            }
+                        }
+                    });
+                }
+            });
+        });
+        (format!("http://{addr}/mcp").parse().unwrap(), accepted)
+    }
+
+    #[tokio::test]
+    async fn a_chunked_stream_trickled_in_pieces_is_read_whole_and_its_connection_reused() {
+        // Pieces that carry only framing (a size line, a line end) bring no data: the body
+        // reads on rather than ending or stalling.
+        let stream: Vec<&'static [u8]> = vec![
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"1",
+            b"3\r\ndata: hello",
+            b" world\r\n",
+            b"\r",
+            b"\n",
+            b"0\r\n",
+            b"\r\n",
+        ];
+        let again: Vec<&'static [u8]> = vec![b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nagain"];
+        let (uri, accepted) = scripted(vec![stream, again], Duration::from_millis(5));
+        let conns = conns(&uri);
+        let resp = conns.send(&uri, get(&uri)).await.unwrap();
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        assert_eq!(read_all(resp).await, "data: hello world\r\n");
+        assert_eq!(conns.idle_count(), 1, "given back at the last chunk");
+        let resp = conns.send(&uri, get(&uri)).await.unwrap();
+        assert_eq!(read_all(resp).await, "again");
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_stream_cut_mid_body_is_an_error_and_its_connection_is_closed() {
+        let cut: Vec<&'static [u8]> = vec![
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"10\r\nonly part",
+        ];
+        let (uri, _) = scripted(vec![cut], Duration::from_millis(5));
+        let metrics = ConnMetrics::counting();
+        let conns = counted_conns(&uri, metrics.clone(), REAP_EVERY);
+        let resp = conns.send(&uri, get(&uri)).await.unwrap();
+        use http_body_util::BodyExt;
+        let e = resp.into_body().collect().await.expect_err("an error");
+        assert!(
+            e.to_string().contains("closed before the response ended"),
+            "{e}"
+        );
+        assert_eq!(conns.idle_count(), 0);
+        assert_eq!(metrics.counts("GET", ConnClose::ServerClosed), (1, 1, 0));
+    }
+
+    #[tokio::test]
+    async fn a_bad_or_oversized_head_fails_the_request_and_closes_its_connection() {
+        let huge: &'static [u8] = Box::leak(
+            format!(
+                "HTTP/1.1 200 OK\r\nx-big: {}\r\n\r\n",
+                "a".repeat(h1::MAX_HEAD)
+            )
+            .into_bytes()
+            .into_boxed_slice(),
+        );
+        for (script, want) in [
+            (vec![huge], "larger than"),
+            (
+                vec![&b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n"[..]],
+                "content-length",
+            ),
+            (vec![&b"garbage\r\n\r\n"[..]], "malformed"),
+        ] {
+            let (uri, _) = scripted(vec![script], Duration::ZERO);
+            let metrics = ConnMetrics::counting();
+            let conns = counted_conns(&uri, metrics.clone(), REAP_EVERY);
+            let e = conns.send(&uri, get(&uri)).await.err().expect("refused");
+            let SendError::Exchange(e) = e else {
+                panic!("{e:?}")
+            };
+            assert!(e.to_string().contains(want), "{e}");
+            assert_eq!(metrics.counts("GET", ConnClose::Failed), (1, 1, 0));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_response_that_says_close_does_not_keep_its_connection() {
+        let close: Vec<&'static [u8]> =
+            vec![b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 3\r\n\r\nbye"];
+        let (uri, accepted) = scripted(vec![close.clone()], Duration::ZERO);
+        let conns = conns(&uri);
+        for _ in 0..2 {
+            let resp = conns.send(&uri, get(&uri)).await.unwrap();
+            assert_eq!(read_all(resp).await, "bye");
+            assert_eq!(conns.idle_count(), 0);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
 }

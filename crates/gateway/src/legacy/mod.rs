@@ -2,6 +2,7 @@
 //! Streamable HTTP, the 2024-11-05 HTTP+SSE transport, or stdio.
 
 pub mod exchange;
+pub mod h1;
 pub mod handshake;
 pub mod http;
 pub mod http_conns;
