@@ -5,19 +5,27 @@
 //! capabilities go out in the very `initialize` that negotiates the version. So the gateway
 //! remembers the version a server answered with last time and asks for that one next time;
 //! a server that speaks only an older version costs one mis-shaped `initialize`, once.
+//!
+//! Every session keeps the server's `InitializeResult` (what discover and `server/info`
+//! answer from). Sessions to one server nearly always get the same one, so the memory keeps
+//! the last and a session whose answer equals it shares it: a few kilobytes per session,
+//! idle in the pool or parked, held once. An answer that differs (per caller, say) is kept
+//! apart, as it came.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
 use super::session::SessionError;
 use crate::config::LEGACY_VERSIONS;
 
-/// The version to request next: the configured one, or the older one the server chose.
+/// The version to request next: the configured one, or the older one the server chose; and
+/// the server's last `InitializeResult`, to share.
 #[derive(Debug)]
 pub struct VersionMemory {
     configured: String,
     learned: Mutex<Option<String>>,
+    last_result: Mutex<Option<Arc<Value>>>,
 }
 
 impl VersionMemory {
@@ -25,6 +33,20 @@ impl VersionMemory {
         VersionMemory {
             configured: configured.to_string(),
             learned: Mutex::new(None),
+            last_result: Mutex::new(None),
+        }
+    }
+
+    /// `result`, shared with the last one when they are equal.
+    fn share(&self, result: Value) -> Arc<Value> {
+        let mut last = self.last_result.lock().unwrap_or_else(|e| e.into_inner());
+        match &*last {
+            Some(l) if **l == result => l.clone(),
+            _ => {
+                let fresh = Arc::new(result);
+                *last = Some(fresh.clone());
+                fresh
+            }
         }
     }
 
@@ -57,7 +79,7 @@ pub fn initialize_params(version: &str, capabilities: Value, client_name: &str) 
 #[derive(Debug)]
 pub struct Initialized {
     pub negotiated_version: String,
-    pub init_result: Value,
+    pub init_result: Arc<Value>,
 }
 
 /// Checks the JSON-RPC response to `initialize` and learns its version.
@@ -82,7 +104,7 @@ pub fn accept(response: &Value, versions: &VersionMemory) -> Result<Initialized,
     versions.learn(&version);
     Ok(Initialized {
         negotiated_version: version,
-        init_result: result,
+        init_result: versions.share(result),
     })
 }
 
@@ -100,6 +122,19 @@ mod tests {
         let current = json!({"result": {"protocolVersion": "2025-11-25"}});
         accept(&current, &v).unwrap();
         assert_eq!(v.request_version(), "2025-11-25");
+    }
+
+    #[test]
+    fn equal_answers_share_one_copy_and_a_different_one_is_its_own() {
+        let v = VersionMemory::new("2025-11-25");
+        let answer = |name: &str| json!({"result": {"protocolVersion": "2025-11-25", "serverInfo": {"name": name}}});
+        let a = accept(&answer("one"), &v).unwrap().init_result;
+        let b = accept(&answer("one"), &v).unwrap().init_result;
+        assert!(Arc::ptr_eq(&a, &b), "shared");
+        let c = accept(&answer("two"), &v).unwrap().init_result;
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(c["serverInfo"]["name"], "two");
+        assert_eq!(a["serverInfo"]["name"], "one");
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub struct SseSession {
     /// Where messages are POSTed, as announced by the `endpoint` event.
     endpoint: http::Uri,
     /// The legacy `InitializeResult`, as received.
-    pub init_result: Value,
+    pub init_result: std::sync::Arc<Value>,
     /// The version the server chose.
     pub negotiated_version: String,
     next_id: i64,
@@ -134,7 +134,7 @@ impl SseSession {
         let mut session = SseSession {
             http,
             endpoint,
-            init_result: Value::Null,
+            init_result: std::sync::Arc::new(Value::Null),
             negotiated_version: String::new(),
             next_id: 1,
             extra_headers,

@@ -45,8 +45,9 @@ const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 #[derive(Clone)]
 pub struct StreamContext {
     pub http: Arc<UpstreamHttp>,
-    /// Headers for a reconnecting GET: session id, protocol version, forwarded headers.
-    pub get_headers: HeaderMap,
+    /// Headers for a reconnecting GET: session id, protocol version, forwarded headers. One
+    /// copy for all of a session's streams.
+    pub get_headers: Arc<HeaderMap>,
     pub tx: mpsc::Sender<Inbound>,
     /// The server issued no session id.
     pub stateless: bool,
@@ -254,7 +255,7 @@ impl StreamContext {
 
     /// `GET` to continue the stream after `last_id` (or a fresh GET stream without one).
     async fn reconnect(&self, last_id: Option<&str>) -> Result<UpstreamBody, ReconnectError> {
-        let mut headers = self.get_headers.clone();
+        let mut headers = HeaderMap::clone(&self.get_headers);
         if let Some(id) = last_id {
             let value = HeaderValue::from_str(id).map_err(|_| {
                 ReconnectError::Fatal(format!(

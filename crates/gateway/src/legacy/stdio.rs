@@ -125,7 +125,7 @@ enum Control {
 
 pub struct StdioSession {
     /// The legacy `InitializeResult`, as received.
-    pub init_result: Value,
+    pub init_result: std::sync::Arc<Value>,
     /// The version the server chose.
     pub negotiated_version: String,
     pid: u32,
@@ -175,7 +175,7 @@ impl StdioSession {
             _permit: permit,
         };
         let mut session = StdioSession {
-            init_result: Value::Null,
+            init_result: std::sync::Arc::new(Value::Null),
             negotiated_version: String::new(),
             pid,
             next_id: 1,

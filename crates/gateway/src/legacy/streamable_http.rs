@@ -44,7 +44,7 @@ pub struct HttpSession {
     /// The version the legacy server chose in its `InitializeResult`.
     pub negotiated_version: String,
     /// The legacy `InitializeResult`, as received.
-    pub init_result: Value,
+    pub init_result: std::sync::Arc<Value>,
     next_id: i64,
     tx: mpsc::Sender<Inbound>,
     readers: Vec<AbortOnDropHandle<()>>,
@@ -56,6 +56,9 @@ pub struct HttpSession {
     /// Whether the server accepted the standalone GET stream.
     pub has_get_stream: bool,
     extra_headers: HeaderMap,
+    /// [`HttpSession::get_headers`], made once the session's id and version are known, for
+    /// every stream of the session to share.
+    stream_headers: Arc<HeaderMap>,
     closed: bool,
     /// Decremented when the session ends (the gateway's "sessions open now" gauge).
     active: Option<prometheus::IntGauge>,
@@ -74,7 +77,7 @@ impl HttpSession {
             http,
             session_id: None,
             negotiated_version: String::new(),
-            init_result: Value::Null,
+            init_result: std::sync::Arc::new(Value::Null),
             next_id: 1,
             tx,
             readers: Vec::new(),
@@ -82,6 +85,7 @@ impl HttpSession {
             closing: tokio_util::sync::CancellationToken::new(),
             has_get_stream: false,
             extra_headers,
+            stream_headers: Arc::default(),
             closed: false,
             active: None,
         };
@@ -145,6 +149,7 @@ impl HttpSession {
         let done = handshake::accept(&msg, &self.http.versions)?;
         self.negotiated_version = done.negotiated_version;
         self.init_result = done.init_result;
+        self.stream_headers = Arc::new(self.get_headers());
         Ok(())
     }
 
@@ -180,7 +185,7 @@ impl HttpSession {
     fn stream_context(&self) -> StreamContext {
         StreamContext {
             http: self.http.clone(),
-            get_headers: self.get_headers(),
+            get_headers: self.stream_headers.clone(),
             tx: self.tx.clone(),
             stateless: self.session_id.is_none(),
             closing: self.closing.clone(),
