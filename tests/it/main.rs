@@ -17,6 +17,7 @@ mod dual_era;
 mod fair_share;
 mod faults;
 mod front;
+mod fuzz_h1;
 mod fuzz_state;
 mod image;
 mod interop;
