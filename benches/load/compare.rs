@@ -291,6 +291,9 @@ pub async fn run(
                 s.throughput(),
                 s.errors
             );
+            if let Some(e) = &s.first_error {
+                eprintln!("  first error: {e}");
+            }
         }
     }
     let mut slices: Vec<Vec<Slice>> = vec![Vec::new(); SCENARIOS.len()];

@@ -408,10 +408,16 @@ impl Watch<'_> {
                 return;
             }
             svc = parts.service;
-            // An empty read buffer still holds hyper's whole allocation: let it go.
-            rested.prefix = Some(parts.read_buf)
-                .filter(|b| !b.is_empty())
-                .unwrap_or_default();
+            // What hyper read but did not parse comes first, then what it had not yet read
+            // of the bytes it was given: a connection woken by its next request can be asked
+            // to rest again before hyper has read them all (a tick ready at the wake), and
+            // those bytes are the request's. An empty read buffer still holds hyper's whole
+            // allocation: let it go.
+            rested.prefix = match (parts.read_buf.is_empty(), rested.prefix.is_empty()) {
+                (true, _) => rested.prefix,
+                (false, true) => parts.read_buf,
+                (false, false) => [parts.read_buf, rested.prefix].concat().into(),
+            };
             if rested.prefix.is_empty() {
                 let _rest = self.counter.at_rest.as_ref().map(|g| Held::new(g.clone()));
                 let mut buf = [0u8; WAKE_READ];
@@ -419,6 +425,8 @@ impl Watch<'_> {
                     return;
                 };
                 rested = woken;
+                // A tick that came with the bytes is not a reason to rest before they are read.
+                self.tick.reset();
             }
             // hyper's header deadline starts when the connection goes quiet; the new
             // connection gets what is left of it.
@@ -477,5 +485,100 @@ pub async fn serve<I, H, F>(
         Some((Protocol::Http2, io)) => watch.serve_h2(io, svc).await,
         Some((Protocol::Http1, io)) => watch.serve_h1(io, svc).await,
         None => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    /// Answers `got N` for a request body of N bytes.
+    async fn count_body(req: Request<Incoming>) -> Response<Body> {
+        let n = req
+            .into_body()
+            .collect()
+            .await
+            .map_or(0, |b| b.to_bytes().len());
+        Response::new(respond::full(format!("got {n}")))
+    }
+
+    /// The connection's watch ticks every 500 ms from when it was served (`t0`): sends
+    /// `cycles` requests of 700 bytes on `io`, each at a tick after the one that rested the
+    /// connection, and checks every answer.
+    async fn send_at_ticks(mut io: tokio::io::DuplexStream, t0: tokio::time::Instant, cycles: u32) {
+        let tick = Duration::from_millis(500);
+        let body = "x".repeat(700);
+        let req = format!(
+            "POST /mcp HTTP/1.1\r\nhost: test\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut k = 1;
+        for i in 0..cycles {
+            // A tick at least 50 ms after the last answer has rested the connection (5 ms of
+            // quiet); the request goes out at the tick after that one.
+            let now = tokio::time::Instant::now();
+            while t0 + tick * k < now + Duration::from_millis(50) {
+                k += 1;
+            }
+            k += 1;
+            tokio::time::sleep_until(t0 + tick * k).await;
+            io.write_all(req.as_bytes()).await.unwrap();
+            let mut got = Vec::new();
+            let mut chunk = [0u8; 1024];
+            let answered = tokio::time::timeout(Duration::from_secs(5), async {
+                while !got.ends_with(b"got 700") {
+                    let n = io.read(&mut chunk).await.unwrap();
+                    assert!(
+                        n > 0,
+                        "request {i}: closed: {}",
+                        String::from_utf8_lossy(&got)
+                    );
+                    got.extend_from_slice(&chunk[..n]);
+                    assert!(
+                        got.starts_with(b"HTTP/1.1 200") || got.len() < 12,
+                        "request {i}: {}",
+                        String::from_utf8_lossy(&got)
+                    );
+                }
+            })
+            .await;
+            assert!(answered.is_ok(), "request {i}: no answer");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_that_wakes_a_resting_connection_is_read_whole_even_when_asked_to_rest_again()
+    {
+        // A tick ready when a resting connection's next request arrived asked the new hyper
+        // connection to rest before it had read the bytes it was given, and they were
+        // dropped: hyper then parsed the middle of the body as a request (400, "invalid HTTP
+        // method"). Here every request arrives on a tick.
+        let policy = ConnPolicy {
+            header_read_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+            http2_max_concurrent_streams: 8,
+            release_idle_after: Some(Duration::from_millis(5)),
+        };
+        let counter = LimitCounter {
+            hits: LimitHits::none(),
+            header_timeout: Limit::HeaderReadTimeout,
+            idle: Limit::IdleTimeout,
+            at_rest: None,
+        };
+        let mut clients = Vec::new();
+        for _ in 0..64 {
+            let (client, server) = tokio::io::duplex(64 * 1024);
+            let counter = counter.clone();
+            let t0 = tokio::time::Instant::now();
+            tokio::spawn(async move {
+                let (shutdown, close) = (CancellationToken::new(), CancellationToken::new());
+                serve(server, policy, &counter, shutdown, close, count_body).await;
+            });
+            clients.push(tokio::spawn(send_at_ticks(client, t0, 4)));
+        }
+        for c in clients {
+            c.await.unwrap();
+        }
     }
 }
