@@ -207,6 +207,18 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Prefixed<I> {
     }
 }
 
+/// The bytes of a connection that hyper gave back unparsed: `read` (in its read buffer) then
+/// `given` (handed to it but not read), nothing held when both are empty. Both are dropped
+/// here, so a connection at rest keeps neither allocation.
+fn unread(read: Bytes, given: Bytes) -> Bytes {
+    match (read.is_empty(), given.is_empty()) {
+        (true, true) => Bytes::new(),
+        (true, false) => given,
+        (false, true) => read,
+        (false, false) => [read, given].concat().into(),
+    }
+}
+
 type Reply = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
 
 /// One connection's watchers: its limits, its tokens, and the clock that checks them.
@@ -413,11 +425,7 @@ impl Watch<'_> {
             // to rest again before hyper has read them all (a tick ready at the wake), and
             // those bytes are the request's. An empty read buffer still holds hyper's whole
             // allocation: let it go.
-            rested.prefix = match (parts.read_buf.is_empty(), rested.prefix.is_empty()) {
-                (true, _) => rested.prefix,
-                (false, true) => parts.read_buf,
-                (false, false) => [parts.read_buf, rested.prefix].concat().into(),
-            };
+            rested.prefix = unread(parts.read_buf, std::mem::take(&mut rested.prefix));
             if rested.prefix.is_empty() {
                 let _rest = self.counter.at_rest.as_ref().map(|g| Held::new(g.clone()));
                 let mut buf = [0u8; WAKE_READ];
@@ -545,6 +553,25 @@ mod tests {
             .await;
             assert!(answered.is_ok(), "request {i}: no answer");
         }
+    }
+
+    #[test]
+    fn unread_bytes_keep_their_order_and_nothing_is_held_for_none() {
+        let read = Bytes::from_static(b"POST /mcp HT");
+        let given = Bytes::from_static(b"TP/1.1\r\n");
+        assert_eq!(
+            unread(read.clone(), given.clone()),
+            "POST /mcp HTTP/1.1\r\n"
+        );
+        assert_eq!(unread(read.clone(), Bytes::new()), read);
+        assert_eq!(unread(Bytes::new(), given.clone()), given);
+        // An empty slice of a large buffer keeps the buffer alive; what comes back for two
+        // empty ones owns nothing.
+        let mut big = Bytes::from(vec![0u8; 8192]);
+        big.advance(8192);
+        let kept = unread(big.clone(), big);
+        assert!(kept.is_empty());
+        assert_eq!(kept.as_ptr(), Bytes::new().as_ptr(), "a fresh empty value");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
