@@ -9,17 +9,7 @@ use http::Method;
 use mrtr_gateway::legacy::h1::{Decoder, parse_head};
 use proptest::prelude::*;
 
-fn cases(default: u32) -> ProptestConfig {
-    let n = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default);
-    ProptestConfig {
-        cases: n,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
+use crate::fuzz_state::cases;
 
 /// `body` in chunked framing: cut at `cuts`, each size in hex (upper or lower case, maybe
 /// zero-padded) with an optional extension, then the last chunk and `trailers`.

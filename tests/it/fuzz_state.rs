@@ -37,7 +37,8 @@ fn genuine(c: &StateCodec) -> String {
     c.seal(&p).unwrap().0
 }
 
-fn cases(default: u32) -> ProptestConfig {
+/// `default` cases, or `PROPTEST_CASES`; no failure files (shared by the fuzz modules).
+pub(crate) fn cases(default: u32) -> ProptestConfig {
     let n = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -296,20 +296,12 @@ impl Decoder {
                     input = &[];
                 }
                 State::Length(left) => {
-                    let n = (*left).min(input.len() as u64) as usize;
-                    out.put_slice(&input[..n]);
-                    input = &input[n..];
-                    *left -= n as u64;
-                    if *left == 0 {
+                    if take(left, &mut input, out) {
                         self.state = State::Done;
                     }
                 }
                 State::Data(left) => {
-                    let n = (*left).min(input.len() as u64) as usize;
-                    out.put_slice(&input[..n]);
-                    input = &input[n..];
-                    *left -= n as u64;
-                    if *left == 0 {
+                    if take(left, &mut input, out) {
                         self.state = State::DataCr;
                     }
                 }
@@ -374,6 +366,15 @@ impl Decoder {
         };
         Ok(())
     }
+}
+
+/// Moves up to `left` bytes of `input` to `out`; whether that was the last of them.
+fn take(left: &mut u64, input: &mut &[u8], out: &mut BytesMut) -> bool {
+    let n = (*left).min(input.len() as u64) as usize;
+    out.put_slice(&input[..n]);
+    *input = &input[n..];
+    *left -= n as u64;
+    *left == 0
 }
 
 /// The state after byte `b` of a chunk-size line once its digits are read (`seen` bytes of

@@ -663,13 +663,13 @@ mod tests {
         server_with(body, close_after, None)
     }
 
-    /// [`server`], sending the second half of each body `tail_after` after the first.
-    fn server_with(
-        body: &'static str,
-        close_after: usize,
-        tail_after: Option<Duration>,
-    ) -> (String, Arc<AtomicUsize>) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    /// A server on loopback, on a runtime of its own (so the test's runtime holds only the
+    /// client's tasks), serving each connection it accepts with `conn`; counts them.
+    fn loopback<F, Fut>(conn: F) -> (std::net::SocketAddr, Arc<AtomicUsize>)
+    where
+        F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -683,49 +683,60 @@ mod tests {
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
                 loop {
-                    let (mut s, _) = listener.accept().await.unwrap();
+                    let (s, _) = listener.accept().await.unwrap();
                     count.fetch_add(1, Ordering::SeqCst);
-                    tokio::spawn(async move {
-                        let mut buf = Vec::new();
-                        let mut served = 0;
-                        let mut chunk = [0u8; 4096];
-                        loop {
-                            let n = match s.read(&mut chunk).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => n,
-                            };
-                            buf.extend_from_slice(&chunk[..n]);
-                            // Requests here carry no body: one ends at the blank line.
-                            while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                                buf.drain(..end + 4);
-                                let resp = format!(
-                                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
-                                    body.len()
-                                );
-                                let split = match tail_after {
-                                    Some(_) => resp.len() - body.len() / 2,
-                                    None => resp.len(),
-                                };
-                                if s.write_all(&resp.as_bytes()[..split]).await.is_err() {
-                                    return;
-                                }
-                                if let Some(wait) = tail_after {
-                                    tokio::time::sleep(wait).await;
-                                    if s.write_all(&resp.as_bytes()[split..]).await.is_err() {
-                                        return;
-                                    }
-                                }
-                                served += 1;
-                                if served == close_after {
-                                    // A moment later, as a server's keep-alive timer would.
-                                    tokio::time::sleep(Duration::from_millis(100)).await;
-                                    return;
-                                }
-                            }
-                        }
-                    });
+                    tokio::spawn(conn(s));
                 }
             });
+        });
+        (addr, accepted)
+    }
+
+    /// [`server`], sending the second half of each body `tail_after` after the first.
+    fn server_with(
+        body: &'static str,
+        close_after: usize,
+        tail_after: Option<Duration>,
+    ) -> (String, Arc<AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (addr, accepted) = loopback(move |mut s| async move {
+            let mut buf = Vec::new();
+            let mut served = 0;
+            let mut chunk = [0u8; 4096];
+            loop {
+                let n = match s.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                buf.extend_from_slice(&chunk[..n]);
+                // Requests here carry no body: one ends at the blank line.
+                while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    buf.drain(..end + 4);
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let split = match tail_after {
+                        Some(_) => resp.len() - body.len() / 2,
+                        None => resp.len(),
+                    };
+                    if s.write_all(&resp.as_bytes()[..split]).await.is_err() {
+                        return;
+                    }
+                    if let Some(wait) = tail_after {
+                        tokio::time::sleep(wait).await;
+                        if s.write_all(&resp.as_bytes()[split..]).await.is_err() {
+                            return;
+                        }
+                    }
+                    served += 1;
+                    if served == close_after {
+                        // A moment later, as a server's keep-alive timer would.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        return;
+                    }
+                }
+            }
         });
         (format!("http://{addr}/mcp"), accepted)
     }
@@ -1070,43 +1081,27 @@ mod tests {
     /// the connections it accepted.
     fn scripted(scripts: Vec<Vec<&'static [u8]>>, gap: Duration) -> (http::Uri, Arc<AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = accepted.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                loop {
-                    let (mut s, _) = listener.accept().await.unwrap();
-                    count.fetch_add(1, Ordering::SeqCst);
-                    let scripts = scripts.clone();
-                    tokio::spawn(async move {
-                        let mut buf = Vec::new();
-                        for script in scripts {
-                            let mut chunk = [0u8; 4096];
-                            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                                match s.read(&mut chunk).await {
-                                    Ok(0) | Err(_) => return,
-                                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                                }
-                            }
-                            buf.clear();
-                            for piece in script {
-                                if s.write_all(piece).await.is_err() {
-                                    return;
-                                }
-                                tokio::time::sleep(gap).await;
-                            }
+        let (addr, accepted) = loopback(move |mut s| {
+            let scripts = scripts.clone();
+            async move {
+                let mut buf = Vec::new();
+                for script in scripts {
+                    let mut chunk = [0u8; 4096];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
                         }
-                    });
+                    }
+                    buf.clear();
+                    for piece in script {
+                        if s.write_all(piece).await.is_err() {
+                            return;
+                        }
+                        tokio::time::sleep(gap).await;
+                    }
                 }
-            });
+            }
         });
         (format!("http://{addr}/mcp").parse().unwrap(), accepted)
     }
