@@ -29,7 +29,7 @@
 //! (the HTTP+SSE transport already refuses an `endpoint` on another origin).
 //!
 //! An idle connection is read by nobody, so a close by the server shows only when the
-//! connection is taken: [`Conns::take`] polls it once without waiting and passes over one that
+//! connection is taken: `Conns::take` polls it once without waiting and passes over one that
 //! ended. A request whose write failed before a byte of it was taken, on a connection that had
 //! served before, goes once more; one that may have reached the server does not.
 //! Idle connections are kept within [`IdleLimits`] (how long, how many). A

@@ -328,7 +328,7 @@ impl HttpSession {
 
     /// Ends the session: stops the call streams' readers and DELETEs it upstream (best
     /// effort); the GET stream's reader may read that stream's end first (see
-    /// [`delete_session`]).
+    /// `delete_session`).
     pub async fn close(mut self) {
         self.closed = true;
         if let Some(g) = self.active.take() {

@@ -6,13 +6,13 @@
 //! `input_required` result that asks nothing: a `requestState` and no `inputRequests`. The
 //! client retries at once with that state; the call goes on meanwhile.
 //!
-//! - **Detach** ([`serve`]): the call runs in a task of its own from the start. When
+//! - **Detach** (`serve`): the call runs in a task of its own from the start. When
 //!   `round_after` passes without an outcome, a fresh claim id is claimed *and started* in the
 //!   single-use store for the running call, the request ends with a state naming that id
 //!   (`run` set), and the task records the call's outcome under the id when it ends (the final
 //!   result, an error, or the next round of questions with its own state). If the store
 //!   refuses the claim, the request simply keeps waiting: correctness never depends on it.
-//! - **Follow** ([`follow`]): a retry presenting such a state never runs anything. It waits up
+//! - **Follow** (`follow`): a retry presenting such a state never runs anything. It waits up
 //!   to `round_after` for the outcome under the id (in the store, so any replica sharing a Redis
 //!   store can answer it; on the replica running the call it is woken at once and its
 //!   notifications, progress among them, go to this retry's response while it waits), and then

@@ -66,7 +66,7 @@ impl HostPattern {
         }
     }
 
-    /// Whether `host` (normalized: see [`normalize_host`]; IPv6 without brackets) matches.
+    /// Whether `host` (normalized: see `normalize_host`; IPv6 without brackets) matches.
     pub fn matches(&self, host: &str) -> bool {
         match self {
             HostPattern::Exact(name) => host == name,

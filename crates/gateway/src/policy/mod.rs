@@ -10,7 +10,7 @@
 //!
 //! 1. **Rules** (`[[policy.rules]]`, first match on method and tool/prompt name or resource
 //!    URI): a kind the call may not ask is refused (`kind_not_allowed`).
-//! 2. **Shape**: the entry must be a valid 2026-07-28 `InputRequest` ([`question_schema`]);
+//! 2. **Shape**: the entry must be a valid 2026-07-28 `InputRequest` (`question_schema`);
 //!    otherwise it is refused as `malformed`.
 //! 3. **URL safety** (URL-mode elicitation): [`url::judge`] against `[policy.url]`; a URL
 //!    that passes is rewritten to the normalised form that was judged.

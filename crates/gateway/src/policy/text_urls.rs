@@ -19,7 +19,7 @@ fn ends_url(c: char) -> bool {
         )
 }
 
-/// The URL-looking pieces of `text`: a scheme followed by `://`, or one of [`BARE_SCHEMES`],
+/// The URL-looking pieces of `text`: a scheme followed by `://`, or one of `BARE_SCHEMES`,
 /// up to the next space, quote or bracket, without trailing sentence punctuation.
 pub fn urls_in(text: &str) -> Vec<&str> {
     let mut found = Vec::new();

@@ -3,7 +3,7 @@
 //! A `tools/call` that `[[tasks.rules]]` (or, where no rule matches, the legacy server's own
 //! descriptor, `execution.taskSupport`, learned per caller from `tools/list`) make
 //! task-supporting, from a client that declared the extension on that request, returns at
-//! once with a `CreateTaskResult`; the call runs on in a task of this replica ([`runner`]),
+//! once with a `CreateTaskResult`; the call runs on in a task of this replica (`runner`),
 //! driven through the MRTR engine like any call. While the legacy server waits on a question,
 //! `tasks/get` shows it as `inputRequests` (status `input_required`) and `tasks/update` answers
 //! it; `tasks/cancel` stops the call (the legacy call is cancelled upstream as for a client

@@ -2,7 +2,7 @@
 //! when `[tracing] otlp_endpoint` is set, OpenTelemetry trace export ([`otlp_export`]) of the
 //! spans [`spans`] marks for it.
 //!
-//! Lines are written off the request path ([`line_writer`]): a request formats its line and
+//! Lines are written off the request path (`line_writer`): a request formats its line and
 //! appends it to a buffer; one background thread, woken only when lines start coming again,
 //! writes the buffer to stderr in batches. Nothing waits on stderr unless the buffer is full
 //! (then the request waits rather than drop a line: an access log with holes is worse than a

@@ -87,7 +87,7 @@ pub fn counters() -> TraceCounters {
     }
 }
 
-/// The running exporter: give [`TraceExport::layer`] to the subscriber, and call
+/// The running exporter: give `TraceExport::layer` to the subscriber, and call
 /// [`TraceExport::shutdown`] once requests are done.
 pub struct TraceExport {
     provider: SdkTracerProvider,
