@@ -29,8 +29,6 @@ pub enum H1Error {
     Chunk(&'static str),
     #[error("the connection closed before the response ended")]
     Incomplete,
-    #[error("bytes arrived after the response ended")]
-    Trailing,
 }
 
 /// Writes `req`'s head and body, ready for the socket. The URI is written as it is (the
