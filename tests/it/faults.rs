@@ -52,11 +52,16 @@ const SHORT: Upstream = Upstream {
 };
 
 fn fault_config(upstream: &str, u: Upstream) -> Config {
+    fault_config_with(upstream, u, "")
+}
+
+/// [`fault_config`] with more sections (`extra`, TOML).
+fn fault_config_with(upstream: &str, u: Upstream, extra: &str) -> Config {
     let text = format!(
         "[listen]\naddr = \"127.0.0.1:0\"\n\
          [upstream]\nurl = \"{upstream}\"\nconnect_timeout = \"1s\"\nresponse_timeout = \"{}\"\n\
          idle_timeout = \"{}\"\ncall_timeout = \"{}\"\nmax_event_bytes = {}\n\
-         [state]\n[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n",
+         [state]\n[[state.keys]]\nid = \"k1\"\nsecret = \"{TEST_KEY}\"\n{extra}",
         u.response_timeout, u.idle_timeout, u.call_timeout, u.max_event_bytes
     );
     Config::from_toml_str(&text, &[], None).unwrap_or_else(|e| panic!("fault config: {e}\n{text}"))
@@ -885,6 +890,86 @@ async fn a_client_that_drops_during_a_retry_gets_its_result_on_the_next_presenta
     assert_eq!(again.result(), Some(&result));
     healthy(&env).await;
     assert_quiet(&env.gw, &env.legacy).await;
+    env.stop().await;
+}
+
+/// A replayed call runs to its end on the legacy server, whose connection then closes before
+/// the response's head. The server had the whole request, so the call may have run: the
+/// claim on its state keeps the error, the state presented again gets that error, and the
+/// tool does not run again. (A connection that broke after the request went out once counted
+/// as a server never reached; the claim was given back and the next presentation ran the tool
+/// a second time.)
+#[tokio::test]
+async fn a_call_whose_response_is_lost_after_it_ran_is_not_run_again() {
+    // The tool asks only the first time it runs; the retry's replay runs it without a
+    // question, as a call the server answers after the tool has run, which lets the
+    // connection close before the answer's head (`drop_next_call_response`).
+    let counted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let h = Handlers::new().tool(
+        "transfer",
+        "asks the first time, then works",
+        json!({"type": "object"}),
+        move |ctx, _| {
+            let first = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+            async move {
+                if first {
+                    ctx.elicit_form("Transfer?", form("confirm")).await?;
+                }
+                Ok(tool_text("transferred"))
+            }
+        },
+    );
+    let legacy = LegacyServer::start(LegacyServerConfig::default(), with_echo(h))
+        .await
+        .expect("legacy server starts");
+    // Every retry replays (nothing parked), so the retry's call is a POST of its own.
+    let cfg = fault_config_with(
+        &legacy.url(),
+        SHORT,
+        "[parking]\ndefault_policy = \"replay\"\n",
+    );
+    let env = Env::start(legacy, cfg).await;
+    let c = env.client();
+    let round1 = call(&env, "transfer", json!({"arguments": {}})).await;
+    let first = round1
+        .result()
+        .unwrap_or_else(|| panic!("round 1 asks: {:?}", round1.message))
+        .clone();
+    let key = only_key(&first);
+    let retry = json!({"name": "transfer", "arguments": {},
+        "requestState": first["requestState"],
+        "inputResponses": {&key: {"action": "accept", "content": {"confirm": "yes"}}}});
+
+    env.legacy.faults().drop_next_call_response();
+    let lost = c.request("tools/call", retry.clone()).await.unwrap();
+    let stats = env.legacy.stats();
+    assert_eq!(
+        stats.tool_finishes("transfer"),
+        1,
+        "the replay ran to its end"
+    );
+
+    let again = c.request("tools/call", retry).await.unwrap();
+    assert_eq!(
+        (again.status, again.error_code()),
+        (lost.status, lost.error_code()),
+        "presented again, the state gets the error its call ended with: {:?}",
+        again.message
+    );
+    assert_eq!(
+        stats.tool_starts("transfer"),
+        2,
+        "round 1 and its replay only"
+    );
+    assert_eq!(stats.tool_finishes("transfer"), 1, "never run again");
+    // Told what failed: the response, not reaching the server.
+    assert_upstream_error(
+        &lost,
+        502,
+        "reading the upstream MCP server's response failed",
+        None,
+    );
+    healthy(&env).await;
     env.stop().await;
 }
 

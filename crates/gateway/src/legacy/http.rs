@@ -148,10 +148,21 @@ impl UpstreamHttp {
         let timeout = self.limits.response_timeout;
         match tokio::time::timeout(timeout, self.conns.send(uri, req)).await {
             Err(_) => Err(HttpError::Timeout(timeout)),
-            Ok(Err(SendError::Connect(e))) => Err(connect_error(e.as_ref())),
-            Ok(Err(SendError::Exchange(e))) => Err(connect_error(&e)),
+            Ok(Err(e)) => Err(send_failure(e)),
             Ok(Ok(resp)) => Ok(resp),
         }
+    }
+}
+
+/// What a request that got no response head failed at. Only a request the server cannot have
+/// had whole is a failure to reach it ([`HttpError::Connect`], or [`HttpError::Tls`]), which
+/// callers take to mean that nothing ran; one the connection took whole may have run, however
+/// its response then failed.
+fn send_failure(e: SendError) -> HttpError {
+    match e {
+        SendError::Connect(e) => connect_error(e.as_ref()),
+        SendError::Unsent(e) => connect_error(&e),
+        SendError::Exchange(e) => HttpError::Body(error_chain(&e)),
     }
 }
 
@@ -225,4 +236,34 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         cur = inner.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::legacy::h1::H1Error;
+    use crate::legacy::http_conns::ExchangeError;
+
+    #[test]
+    fn only_a_request_the_server_cannot_have_had_whole_is_a_failure_to_reach_it() {
+        let refused = || std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let reset = || std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(matches!(
+            send_failure(SendError::Connect(Box::new(refused()))),
+            HttpError::Connect(_)
+        ));
+        assert!(matches!(
+            send_failure(SendError::Unsent(reset())),
+            HttpError::Connect(_)
+        ));
+        // Taken whole: the server may have run it, whether its connection then broke or its
+        // response was not HTTP.
+        for taken in [
+            ExchangeError::Io(reset()),
+            ExchangeError::Protocol(H1Error::Incomplete),
+        ] {
+            let e = send_failure(SendError::Exchange(taken));
+            assert!(matches!(e, HttpError::Body(_)), "{e:?}");
+        }
+    }
 }

@@ -206,7 +206,11 @@ pub struct Conns {
 pub enum SendError {
     /// Opening a connection failed.
     Connect(Box<dyn std::error::Error + Send + Sync>),
-    /// The exchange failed on an open connection.
+    /// Writing the request failed before the connection took all of it: the server cannot
+    /// have it whole.
+    Unsent(std::io::Error),
+    /// The connection took the whole request, then the exchange failed: the server may have
+    /// acted on it.
     Exchange(ExchangeError),
 }
 
@@ -412,7 +416,7 @@ impl Conns {
                 }
                 Err((_, e)) => {
                     conn.close(ConnClose::Failed);
-                    return Err(SendError::Exchange(ExchangeError::Io(e)));
+                    return Err(SendError::Unsent(e));
                 }
             }
         };

@@ -43,6 +43,7 @@ struct State {
     post_failures: VecDeque<u16>,
     call_stream: VecDeque<CallStreamFault>,
     expire_before: VecDeque<String>,
+    dropped_call_responses: usize,
 }
 
 /// The server's fault switches (see the method docs).
@@ -100,6 +101,20 @@ impl Faults {
     /// Queue a fault for the next tool call answered over SSE.
     pub fn next_call_stream(&self, fault: CallStreamFault) {
         self.lock().call_stream.push_back(fault);
+    }
+
+    /// Run the next `tools/call` to its end without a stream (so it cannot ask the client
+    /// anything), then close its connection instead of answering, before any response head:
+    /// the tool ran, and the client never hears of it.
+    pub fn drop_next_call_response(&self) {
+        self.lock().dropped_call_responses += 1;
+    }
+
+    pub(crate) fn take_dropped_call_response(&self) -> bool {
+        let mut state = self.lock();
+        let queued = state.dropped_call_responses > 0;
+        state.dropped_call_responses = state.dropped_call_responses.saturating_sub(1);
+        queued
     }
 
     /// Expire one session now: its next request gets 404. Returns whether

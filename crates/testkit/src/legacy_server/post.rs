@@ -319,7 +319,9 @@ async fn request(
 ) -> Response<Body> {
     let progress_token = params.pointer("/_meta/progressToken").cloned();
     let call = session.begin_call(&id);
-    if shared.config.json_response {
+    // A dropped response is never sent, so its call gets no stream (it cannot ask anything).
+    let dropped = method == "tools/call" && shared.faults.take_dropped_call_response();
+    if shared.config.json_response || dropped {
         let ctx = ToolContext::new(
             shared.clone(),
             session.clone(),
@@ -329,6 +331,9 @@ async fn request(
             Ok(call),
         );
         let outcome = run_cancellable(ctx, &method, params).await;
+        if dropped {
+            return super::transport::dropped();
+        }
         let outcome = outcome.unwrap_or_else(|| {
             Err(RpcError::new(
                 RpcError::REQUEST_CANCELLED,

@@ -3,7 +3,6 @@
 //! (`Mcp-Session-Id`, `MCP-Protocol-Version`), and DELETE. POST and GET
 //! live in `post` and `get_stream`.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use http::header::{
@@ -25,11 +24,28 @@ use super::sse_writer::{Body, empty_body, full_body};
 pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 pub(crate) const VERSION_HEADER: &str = "mcp-protocol-version";
 
+/// A reply that is never sent: the service fails instead, and hyper closes the connection
+/// without a response (`Faults::drop_next_call_response`).
+#[derive(Debug, Clone, Copy)]
+struct Dropped;
+
+/// Why a connection ended without its response.
+#[derive(Debug, thiserror::Error)]
+#[error("the response was dropped on purpose (fault injection)")]
+pub(crate) struct DroppedResponse;
+
+/// A reply that `serve` turns into a connection closed without a response.
+pub(crate) fn dropped() -> Response<Body> {
+    let mut r = Response::new(empty_body());
+    r.extensions_mut().insert(Dropped);
+    r
+}
+
 /// Entry point of the hyper service.
 pub(crate) async fn serve(
     shared: Arc<Shared>,
     req: Request<Incoming>,
-) -> Result<Response<Body>, Infallible> {
+) -> Result<Response<Body>, DroppedResponse> {
     let reply = if req.uri().path() != shared.config.path {
         status_reply(StatusCode::NOT_FOUND)
     } else if let Err(refusal) = credential_of(&shared.config, req.headers()) {
@@ -42,6 +58,9 @@ pub(crate) async fn serve(
             _ => not_allowed(&shared),
         }
     };
+    if reply.extensions().get::<Dropped>().is_some() {
+        return Err(DroppedResponse);
+    }
     let status = reply.status();
     if status.is_client_error() || status.is_server_error() {
         shared.stats.record_http_error(status.as_u16());
