@@ -280,8 +280,13 @@ pub async fn run(
     rounds: usize,
     progress: bool,
     cpu: CpuProbe<'_>,
+    only: Option<Flow>,
 ) -> Comparison {
+    let measured = |flow: Flow| only.is_none_or(|o| o == flow);
     for (flow, path) in SCENARIOS {
+        if !measured(flow) {
+            continue;
+        }
         let s = slice(callers, flow, path, warmup, cpu).await;
         if progress {
             eprintln!(
@@ -301,7 +306,9 @@ pub async fn run(
         for k in 0..SCENARIOS.len() {
             let i = (round + k) % SCENARIOS.len();
             let (flow, path) = SCENARIOS[i];
-            slices[i].push(slice(callers, flow, path, slice_len, cpu).await);
+            if measured(flow) {
+                slices[i].push(slice(callers, flow, path, slice_len, cpu).await);
+            }
         }
         if progress {
             let t: Vec<String> = slices
@@ -322,6 +329,7 @@ pub async fn run(
     }
     let flows = [(Flow::Plain, 0), (Flow::Elicit, 3)]
         .into_iter()
+        .filter(|(flow, _)| measured(*flow))
         .map(|(flow, first)| {
             let direct = summarize(&slices[first]);
             let nginx = summarize(&slices[first + 1]);

@@ -84,6 +84,10 @@ struct Args {
     /// request (the stricter reference).
     #[arg(long)]
     nginx_access_log: bool,
+    /// Measure only this flow: `plain` or `elicitation` (both by default); for a profile of
+    /// one of them, e.g. under `--gateway-prefix`.
+    #[arg(long, value_parser = parse_flow)]
+    flow: Option<compare::Flow>,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -123,6 +127,14 @@ struct Args {
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+fn parse_flow(s: &str) -> Result<compare::Flow, String> {
+    match s {
+        "plain" => Ok(compare::Flow::Plain),
+        "elicitation" => Ok(compare::Flow::Elicit),
+        _ => Err(format!("{s}: plain or elicitation")),
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -270,7 +282,9 @@ async fn measure(
 ) -> Result<(compare::Comparison, String, serde_json::Value), String> {
     let duration = args.duration.unwrap_or(Duration::from_secs(60));
     let hop = nginx::NginxHop::start(&legacy.url(), args.nginx_access_log).await?;
-    let rounds = ((duration.as_secs_f64() / 6.0) / args.slice.as_secs_f64())
+    // Each round takes one slice of each path, for one flow or both.
+    let scenarios = if args.flow.is_some() { 3.0 } else { 6.0 };
+    let rounds = ((duration.as_secs_f64() / scenarios) / args.slice.as_secs_f64())
         .round()
         .max(1.0) as usize;
     let mut callers = Vec::with_capacity(clients);
@@ -292,8 +306,16 @@ async fn measure(
         compare::Path::Nginx => hop.cpu_seconds(),
         compare::Path::Gateway | compare::Path::GatewayTraced => gw.cpu_seconds(),
     };
-    let comparison =
-        compare::run(&callers, args.warmup, args.slice, rounds, !args.json, &cpu).await;
+    let comparison = compare::run(
+        &callers,
+        args.warmup,
+        args.slice,
+        rounds,
+        !args.json,
+        &cpu,
+        args.flow,
+    )
+    .await;
     for caller in callers {
         if let Ok(c) = Arc::try_unwrap(caller) {
             c.direct.close().await;

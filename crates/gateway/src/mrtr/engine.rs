@@ -51,7 +51,7 @@ pub use super::run::{Call, Sink};
 fn open_prior(
     engine: &Engine,
     call: &Call,
-    origin: &str,
+    origin: &origin::Lazy,
     now: u64,
 ) -> Result<Option<StatePayload>, Rejection> {
     let Some(raw) = call.params.get("requestState") else {
@@ -59,7 +59,7 @@ fn open_prior(
     };
     let result = match raw {
         Value::String(token) => engine.codec.open(token, now).and_then(|(payload, _kid)| {
-            if payload.org != origin {
+            if payload.org != origin.of(&call.method, &call.params) {
                 Err(StateError::WrongOrigin)
             } else if payload.prn != call.principal {
                 Err(StateError::WrongPrincipal)
@@ -115,7 +115,7 @@ pub async fn serve_mrtr(
 ) -> Result<Value, Rejection> {
     let now = engine.clock.now_secs();
     let cfg = engine.config();
-    let origin = origin::digest(&call.method, &call.params);
+    let origin = origin::Lazy::default();
     let prior = open_prior(engine, call, &origin, now)?;
     if let Some(p) = prior.as_ref().filter(|p| p.run) {
         // A state-only round's state: the call runs (or ran) already; collect its outcome.
@@ -226,7 +226,8 @@ pub(super) struct Presented {
     pub(super) book: AnswerBook,
     /// A state or answers came with it (a resource read is then not cacheable).
     pub(super) is_retry: bool,
-    pub(super) origin: String,
+    /// What binds a state to this request (made when a state is opened or sealed).
+    pub(super) origin: origin::Lazy,
     pub(super) now: u64,
 }
 

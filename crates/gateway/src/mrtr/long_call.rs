@@ -144,7 +144,6 @@ pub(super) async fn serve(
     let claimed = owed.claim.is_some();
     let mut cancel_follows = !claimed;
     let rnd = presented.prior.as_ref().map_or(0, |p| p.rnd);
-    let origin = presented.origin.clone();
     // The call is polled here, in the request's own task, until `round_after` passes; only a
     // call still running then moves into a task of its own (most calls end first, and cross
     // no extra task).
@@ -199,6 +198,9 @@ pub(super) async fn serve(
     let latest_end = cfg.upstream.call_timeout.saturating_sub(after) + COLLECT_GRACE;
     let exp = now + cfg.state.ttl.max(latest_end).as_secs().max(1);
     let id = crate::state::payload::random_id();
+    // Digested here, only for a call that is detached (the presentation's lazy digest went
+    // with the work).
+    let origin = super::origin::digest(&call.method, &call.params);
     let mut payload = engine.codec.fresh_payload(&call.principal, &origin, now);
     payload.id = id.clone();
     payload.exp = exp;

@@ -11,6 +11,18 @@ use serde_json::Value;
 
 use mrtr_wire::protocol::canonical;
 
+/// A request's digest, made the first time it is asked for: only a request that presents a
+/// state, or ends with one, needs it (a plain call that completes never does).
+#[derive(Debug, Default)]
+pub struct Lazy(std::sync::OnceLock<String>);
+
+impl Lazy {
+    /// The digest of `method` and `params`; every call on one `Lazy` must pass the same request.
+    pub fn of(&self, method: &str, params: &Value) -> &str {
+        self.0.get_or_init(|| digest(method, params))
+    }
+}
+
 pub fn digest(method: &str, params: &Value) -> String {
     // The method is a string: only `params` loses the members.
     let parts = [&Value::from(method), params];

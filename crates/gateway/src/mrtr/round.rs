@@ -58,7 +58,7 @@ pub(super) async fn seal_round(
     let (prior, book, origin, now) = (
         presented.prior.as_ref(),
         &presented.book,
-        presented.origin.as_str(),
+        presented.origin.of(&call.method, &call.params),
         presented.now,
     );
     let cfg = engine.config();
