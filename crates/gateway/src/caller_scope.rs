@@ -46,7 +46,32 @@ impl Caller {
         if !anonymous {
             return Caller(principal.to_string());
         }
-        Caller(format!("{principal}@{}", source_of(peer, ipv6_prefix)))
+        let mut key = String::with_capacity(principal.len() + 16);
+        key.push_str(principal);
+        key.push('@');
+        match source_of(peer, ipv6_prefix) {
+            // As `Ipv4Addr` displays itself, without the formatting machinery (every anonymous
+            // request makes one).
+            IpAddr::V4(v4) => {
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        key.push('.');
+                    }
+                    if octet >= 100 {
+                        key.push(char::from(b'0' + octet / 100));
+                    }
+                    if octet >= 10 {
+                        key.push(char::from(b'0' + octet / 10 % 10));
+                    }
+                    key.push(char::from(b'0' + octet % 10));
+                }
+            }
+            v6 => {
+                use std::fmt::Write as _;
+                let _ = write!(key, "{v6}");
+            }
+        }
+        Caller(key)
     }
 
     pub fn as_str(&self) -> &str {
@@ -95,6 +120,24 @@ mod tests {
             of("iss#alice", "10.0.0.9", false)
         );
         assert_eq!(of("iss#alice", "10.0.0.9", false).as_str(), "iss#alice");
+    }
+
+    #[test]
+    fn an_anonymous_key_names_its_source_as_the_address_displays_itself() {
+        for source in [
+            "0.0.0.0",
+            "9.99.100.0",
+            "10.0.0.9",
+            "100.20.3.255",
+            "255.255.255.255",
+            "2001:db8::",
+        ] {
+            let ip = source.parse::<IpAddr>().unwrap();
+            assert_eq!(
+                Caller::of("anonymous", ip, true, 64).as_str(),
+                format!("anonymous@{source}")
+            );
+        }
     }
 
     #[test]

@@ -19,7 +19,6 @@ use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_log::NormalizeEvent;
 use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -71,7 +70,7 @@ where
                 writer.write_char('{')?;
                 if self.timestamps {
                     writer.write_str("\"timestamp\":\"")?;
-                    SystemTime.format_time(&mut writer)?;
+                    super::timestamp::write_now(&mut writer)?;
                     writer.write_str("\",")?;
                 }
                 writer.write_str("\"level\":\"")?;
@@ -81,10 +80,13 @@ where
                 writer.write_str("},\"target\":")?;
                 json_str(&mut writer, meta.target())?;
                 RequestContext::with_current(|cx, recorded| {
+                    // The same object twice: as the current span and as the span list.
+                    let mut span = String::with_capacity(128);
+                    json_span(&mut span, cx, recorded)?;
                     writer.write_str(",\"span\":")?;
-                    json_span(&mut writer, cx, recorded)?;
+                    writer.write_str(&span)?;
                     writer.write_str(",\"spans\":[")?;
-                    json_span(&mut writer, cx, recorded)?;
+                    writer.write_str(&span)?;
                     writer.write_char(']')
                 })
                 .unwrap_or(Ok(()))?;
@@ -92,7 +94,7 @@ where
             }
             LogFormat::Text => {
                 if self.timestamps {
-                    SystemTime.format_time(&mut writer)?;
+                    super::timestamp::write_now(&mut writer)?;
                     writer.write_char(' ')?;
                 }
                 write!(writer, "{:>5} ", meta.level().as_str())?;
@@ -108,7 +110,7 @@ where
 }
 
 /// The request as the JSON formatter wrote its span: the fields in key order, then `name`.
-fn json_span(out: &mut Writer<'_>, cx: &RequestContext, r: &Recorded) -> fmt::Result {
+fn json_span(out: &mut dyn fmt::Write, cx: &RequestContext, r: &Recorded) -> fmt::Result {
     out.write_char('{')?;
     if let Some(t) = &r.call_target {
         out.write_str("\"call_target\":")?;

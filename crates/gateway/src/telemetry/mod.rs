@@ -19,6 +19,7 @@ mod lines;
 mod otlp_client;
 pub mod otlp_export;
 pub mod spans;
+mod timestamp;
 
 use tracing_subscriber::filter::{FilterExt, filter_fn};
 use tracing_subscriber::layer::SubscriberExt;
