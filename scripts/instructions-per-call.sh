@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
 done
 command -v valgrind > /dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 69; }
 
-cargo bench --bench load --no-run > /dev/null 2>&1
+cargo bench --bench load --no-run --quiet
 load=$(ls -t target/release/deps/load-* | grep -v '\.d$' | head -1)
 out=$(mktemp -d /tmp/mrtr-callgrind.XXXXXX)
 args=(--flow "$flow" --clients 1 --duration "${seconds}s" --warmup 2s
@@ -45,7 +45,10 @@ for _ in $(seq 600); do
     sleep 0.5
 done
 [ -n "$pid" ] || { echo "the gateway did not start; bench output:" >&2; cat "$out/bench.txt" >&2; exit 1; }
-log=$(ls -t /tmp/mrtr-load-*.log | head -1)
+# The bench writes the gateway's log beside its configuration: <dir>/gateway.toml, <dir>.log.
+config=$(tr '\0' '\n' < "/proc/$pid/cmdline" | grep '/gateway.toml$' | head -1)
+log="${config%/gateway.toml}.log"
+[ -f "$log" ] || { echo "no gateway log at $log" >&2; exit 1; }
 served() { grep -c 'request done' "$log" || true; }
 # Warm: past start-up and the bench's warm-up slices.
 for _ in $(seq 1200); do
