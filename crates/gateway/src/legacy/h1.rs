@@ -88,9 +88,16 @@ pub fn parse_head(buf: &[u8], request: &Method) -> Result<Option<(Head, usize)>,
     let mut skipped = 0;
     loop {
         let rest = &buf[skipped..];
-        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut resp = httparse::Response::new(&mut fields);
-        let taken = match resp.parse(rest) {
+        // Room for the most fields a head may have, filled only as far as the head goes.
+        let mut fields =
+            [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut resp,
+            rest,
+            &mut fields,
+        );
+        let taken = match parsed {
             Ok(httparse::Status::Complete(n)) => n,
             Ok(httparse::Status::Partial) if rest.len() > MAX_HEAD => {
                 return Err(H1Error::HeadTooLarge);
@@ -560,6 +567,22 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_head_may_have_at_most_max_headers_fields() {
+        let with = |n: usize| {
+            let mut wire = String::from("HTTP/1.1 200 OK\r\n");
+            for i in 0..n {
+                wire.push_str(&format!("x-field-{i}: {i}\r\n"));
+            }
+            wire.push_str("\r\n");
+            head(&wire, Method::GET)
+        };
+        let (h, _) = with(MAX_HEADERS).unwrap().unwrap();
+        assert_eq!(h.headers.len(), MAX_HEADERS);
+        assert_eq!(h.headers["x-field-99"], "99");
+        assert!(matches!(with(MAX_HEADERS + 1), Err(H1Error::Head(_))));
     }
 
     #[test]
