@@ -24,20 +24,16 @@ use super::sse_writer::{Body, empty_body, full_body};
 pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 pub(crate) const VERSION_HEADER: &str = "mcp-protocol-version";
 
-/// A reply that is never sent: the service fails instead, and hyper closes the connection
-/// without a response (`Faults::drop_next_call_response`).
-#[derive(Debug, Clone, Copy)]
-struct Dropped;
-
-/// Why a connection ended without its response.
-#[derive(Debug, thiserror::Error)]
+/// Why a connection ended without its response: the reply carrying it is never sent, the
+/// service fails instead, and hyper closes the connection (`Faults::drop_next_call_response`).
+#[derive(Debug, Clone, Copy, thiserror::Error)]
 #[error("the response was dropped on purpose (fault injection)")]
 pub(crate) struct DroppedResponse;
 
 /// A reply that `serve` turns into a connection closed without a response.
 pub(crate) fn dropped() -> Response<Body> {
     let mut r = Response::new(empty_body());
-    r.extensions_mut().insert(Dropped);
+    r.extensions_mut().insert(DroppedResponse);
     r
 }
 
@@ -58,8 +54,8 @@ pub(crate) async fn serve(
             _ => not_allowed(&shared),
         }
     };
-    if reply.extensions().get::<Dropped>().is_some() {
-        return Err(DroppedResponse);
+    if let Some(dropped) = reply.extensions().get::<DroppedResponse>() {
+        return Err(*dropped);
     }
     let status = reply.status();
     if status.is_client_error() || status.is_server_error() {
