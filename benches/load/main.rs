@@ -23,6 +23,7 @@ mod fixture;
 mod gateway_child;
 mod idle;
 mod legacy_client;
+mod machine;
 mod nginx;
 mod otlp;
 mod park;
@@ -336,7 +337,7 @@ async fn measure(
     let setup = format!(
         "mrtr-load: {} clients; {} rounds of {:?} slices per scenario after {:?} warm-up each; \
          gateway = child process (release mrtr-gateway serve, gather_window {}, gather_quiet {}, parking {}, log.level {}); \
-         legacy server and clients in this process; {} CPUs; gateway clients declare {} and are {}; nginx with {}; the gateway opened {} legacy sessions and discarded {} from its pool over {} measured calls; upstream connections {}",
+         legacy server and clients in this process; {}; gateway clients declare {} and are {}; nginx with {}; the gateway opened {} legacy sessions and discarded {} from its pool over {} measured calls; upstream connections {}",
         clients,
         rounds,
         args.slice,
@@ -345,7 +346,7 @@ async fn measure(
         options.gather_quiet,
         options.policy,
         options.log_level,
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        machine::Machine::read().describe(),
         if args.roots {
             "elicitation and roots"
         } else {
@@ -384,6 +385,7 @@ async fn measure(
         "upstream_connections": conns.to_json(),
         "gateway": "child process: release mrtr-gateway serve",
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "machine": machine::Machine::read().to_json(),
     });
     Ok((comparison, setup, setup_json))
 }
@@ -529,7 +531,7 @@ async fn otlp_run(
     let setup = format!(
         "mrtr-load --otlp: {} clients; {} rounds of {:?} slices per scenario after {:?} warm-up each; \
          two gateway children at the shipped defaults (log.level {}), one with [tracing] otlp_endpoint \
-         set to a sink in this process (defaults: batches of up to 512 spans every 5s); {} CPUs; \
+         set to a sink in this process (defaults: batches of up to 512 spans every 5s); {}; \
          the traced gateway exported {exported} spans ({dropped} dropped, {failed} failed) in {requests} \
          export requests, {bytes} bytes",
         args.clients,
@@ -537,7 +539,7 @@ async fn otlp_run(
         args.slice,
         args.warmup,
         options.log_level,
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        machine::Machine::read().describe(),
     );
     let setup_json = json!({
         "clients": args.clients,
@@ -551,6 +553,7 @@ async fn otlp_run(
         "export_requests": requests,
         "export_bytes": bytes,
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "machine": machine::Machine::read().to_json(),
     });
     emit(
         args,

@@ -15,12 +15,15 @@ use mrtr_wire::jsonrpc::{ErrorObject, codes};
 use mrtr_wire::protocol::meta::SERVER_INFO;
 
 /// The identity the gateway presents: the legacy server's own `serverInfo`, or the gateway's.
-pub fn server_info(init_result: Option<&Value>) -> Value {
+/// Borrowed: a call stamps it into its result, the one copy it needs.
+pub fn server_info(init_result: Option<&Value>) -> &Value {
+    static GATEWAY: std::sync::LazyLock<Value> = std::sync::LazyLock::new(
+        || json!({"name": "mrtr-gateway", "version": env!("CARGO_PKG_VERSION")}),
+    );
     init_result
         .and_then(|i| i.get("serverInfo"))
         .filter(|s| s.get("name").is_some_and(Value::is_string))
-        .cloned()
-        .unwrap_or_else(|| json!({"name": "mrtr-gateway", "version": env!("CARGO_PKG_VERSION")}))
+        .unwrap_or(&GATEWAY)
 }
 
 fn stamp_server_info(obj: &mut Map<String, Value>, server_info: &Value) {
@@ -207,7 +210,7 @@ pub fn discover(init_result: &Value, hint: CacheHint, listen_supported: bool) ->
     }
     complete(
         Value::Object(result),
-        &server_info(Some(init_result)),
+        server_info(Some(init_result)),
         Some(hint),
     )
 }

@@ -382,14 +382,14 @@ async fn open_feed(
             upstream_headers,
         )
         .await?;
-        server_info = translate::server_info(Some(&init));
+        server_info = translate::server_info(Some(&init)).clone();
     } else {
         let mut opened = front
             .sessions
             .open(&Declared::default(), upstream_headers)
             .await?;
         let session = opened.session();
-        server_info = translate::server_info(Some(session.init_result()));
+        server_info = translate::server_info(Some(session.init_result())).clone();
         let can_notify = match session {
             LegacySession::Http(h) => h.has_get_stream,
             _ => true,

@@ -132,6 +132,16 @@ pub enum LegacySession {
 impl LegacySession {
     /// The legacy `InitializeResult`.
     pub fn init_result(&self) -> &Value {
+        self.init_arc()
+    }
+
+    /// The legacy `InitializeResult`, shared: for a holder that outlives its borrow of the
+    /// session.
+    pub fn init_shared(&self) -> std::sync::Arc<Value> {
+        self.init_arc().clone()
+    }
+
+    fn init_arc(&self) -> &std::sync::Arc<Value> {
         match self {
             LegacySession::Http(s) => &s.init_result,
             LegacySession::Sse(s) => &s.init_result,

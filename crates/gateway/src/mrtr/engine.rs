@@ -335,18 +335,13 @@ async fn execute(
     let Mode::Mrtr { mut minter, .. } = mode else {
         unreachable!("the mode stays MRTR")
     };
-    let server_info = translate::server_info(Some(run.init_result()));
+    // The session's own `InitializeResult`, shared: the run is borrowed mutably below.
+    let init = run.init_shared();
+    let server_info = translate::server_info(Some(&init));
     engine
         .metrics
         .upstream_time(&call.method, started.elapsed());
-    let open = match conclude(
-        s,
-        captured,
-        &mut minter,
-        &declared,
-        &presented,
-        &server_info,
-    ) {
+    let open = match conclude(s, captured, &mut minter, &declared, &presented, server_info) {
         Concluded::Final(outcome) => {
             run.finish().await;
             return outcome;
@@ -377,7 +372,7 @@ async fn execute(
         s,
         &presented,
         Round { asked, parked },
-        &server_info,
+        server_info,
     ))
     .await
 }
@@ -600,7 +595,9 @@ async fn forward(
             Vec::new(),
         )
         .await;
-    let server_info = translate::server_info(Some(run.init_result()));
+    // The session's own `InitializeResult`, shared: the run is borrowed mutably below.
+    let init = run.init_shared();
+    let server_info = translate::server_info(Some(&init));
     engine
         .metrics
         .upstream_time(&call.method, started.elapsed());
@@ -609,7 +606,7 @@ async fn forward(
             run.finish().await;
             let hint = mrtr_wire::protocol::methods::is_cacheable(&call.method)
                 .then(|| caller_hint(engine, cfg.caching.list));
-            final_result(engine, msg, call, &server_info, hint)
+            final_result(engine, msg, call, server_info, hint)
         }
         Ok(Captured::NeedInput(_)) => unreachable!("forward mode collects no questions"),
         Err(rej) => {

@@ -170,6 +170,11 @@ impl<'g> Run<'g> {
         self.session().init_result()
     }
 
+    /// The session's `InitializeResult`, shared with the session.
+    pub fn init_shared(&self) -> std::sync::Arc<Value> {
+        self.session().init_shared()
+    }
+
     /// Ends the legacy call: tells the server to stop, then ends the session.
     pub async fn abandon(&mut self, reason: &str) {
         if let Some(x) = self.exchange.take() {

@@ -198,7 +198,7 @@ impl<'g> Run<'g> {
         match refreshed {
             Ok(None) => AfterRefresh::Send(Box::new(self)),
             Ok(Some(question)) => {
-                let server_info = crate::translate::server_info(Some(self.init_result()));
+                let server_info = crate::translate::server_info(Some(self.init_result())).clone();
                 self.close().await;
                 AfterRefresh::Done(Ok(Start::Asked {
                     question,
