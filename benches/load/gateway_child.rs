@@ -49,6 +49,9 @@ pub struct GatewayOptions {
     /// `auth.upstream_credentials = "forward"`: each client's own `Authorization` goes
     /// upstream, so clients sending different ones are different callers to every pool.
     pub forward_credentials: bool,
+    /// Front TLS: the certificate and key (PEM) the gateway serves with (`[tls]`; plain HTTP
+    /// when `None`, the shipped default).
+    pub tls: Option<(String, String)>,
 }
 
 impl Default for GatewayOptions {
@@ -70,6 +73,7 @@ impl Default for GatewayOptions {
             prefix: Vec::new(),
             otlp_endpoint: None,
             forward_credentials: false,
+            tls: None,
         }
     }
 }
@@ -142,10 +146,18 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
     if o.forward_credentials {
         text.push_str("[auth]\nupstream_credentials = \"forward\"\n");
     }
+    if o.tls.is_some() {
+        text.push_str("[tls]\ncert_file = \"tls.crt\"\nkey_file = \"tls.key\"\n");
+    }
     text
 }
 
 impl GatewayChild {
+    /// The directory holding the gateway's configuration (and its TLS files).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     /// Writes the configuration, starts the gateway and waits until `/readyz` says ready.
     pub async fn spawn(legacy_url: &str, options: &GatewayOptions) -> Result<GatewayChild, String> {
         let port = free_port().map_err(|e| e.to_string())?;
@@ -156,6 +168,10 @@ impl GatewayChild {
         let log = dir.with_extension("log");
         std::fs::write(&config, config_text(legacy_url, port, admin_port, options))
             .map_err(|e| e.to_string())?;
+        if let Some((cert, key)) = &options.tls {
+            std::fs::write(dir.join("tls.crt"), cert).map_err(|e| e.to_string())?;
+            std::fs::write(dir.join("tls.key"), key).map_err(|e| e.to_string())?;
+        }
         let binary = options
             .binary
             .as_deref()
@@ -185,7 +201,14 @@ impl GatewayChild {
         let gw = GatewayChild {
             child,
             pid,
-            url: format!("http://127.0.0.1:{port}/mcp"),
+            url: format!(
+                "{}://127.0.0.1:{port}/mcp",
+                if options.tls.is_some() {
+                    "https"
+                } else {
+                    "http"
+                }
+            ),
             admin: format!("http://127.0.0.1:{admin_port}"),
             dir,
             log,

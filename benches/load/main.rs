@@ -9,7 +9,8 @@
 //! scripts/soak.sh --duration 2m                                        # --soak
 //! scripts/park.sh 10000                                                # --park N
 //! cargo bench --bench load -- --idle 1000                              # memory per idle connection
-//! cargo bench --bench load -- --sweep 32,256,1024 --duration 12s --distinct-callers --plot docs/performance-sweep.svg
+//! cargo bench --bench load -- --idle 1000 --idle-over tls              # the same over TLS (or h2, tls-h2)
+//! cargo bench --bench load -- --flow plain --sweep 32,256,1024 --duration 18s --distinct-callers --plot docs/performance-sweep.svg
 //! ```
 //!
 //! Everything runs on this machine: the fast legacy server and the clients in this process,
@@ -105,6 +106,11 @@ struct Args {
     /// gateway's resident memory per idle connection.
     #[arg(long)]
     idle: Option<usize>,
+    /// With `--idle`: how the idle clients connect: `http1` (plain HTTP/1.1, the default),
+    /// `h2` (HTTP/2 with prior knowledge), `tls` (HTTP/1.1 over TLS) or `tls-h2` (HTTP/2
+    /// over TLS, by ALPN). For the TLS ones the gateway gets a self-signed certificate.
+    #[arg(long, default_value = "http1", value_parser = idle::Transport::parse)]
+    idle_over: idle::Transport,
     /// Run the comparison at each of these numbers of clients (e.g. `32,256,1024`) and print
     /// the plain call's figures side by side.
     #[arg(long, value_delimiter = ',')]
@@ -188,12 +194,15 @@ async fn run(args: Args) -> Result<(), String> {
         // By default an idle HTTP/1 connection is closed after `header_read_timeout` (10 s):
         // the idle run holds its connections longer than that to read the steady state.
         options.header_read_timeout = "60s".into();
+        if args.idle_over.is_tls() {
+            options.tls = Some(idle::self_signed()?);
+        }
     }
     let gw = GatewayChild::spawn(&legacy.url(), &options).await?;
     let outcome = if let Some(n) = args.park {
         park_run(&gw, n, &args).await
     } else if let Some(n) = args.idle {
-        idle::run(&gw, n)
+        idle::run(&gw, n, args.idle_over)
             .await
             .map(|(text, json)| emit(&args, &text, json))
     } else if args.soak {
