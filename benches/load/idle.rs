@@ -140,8 +140,7 @@ async fn raw_call(
     over: Transport,
     tls: Option<tokio_rustls::TlsConnector>,
 ) -> Result<Held, String> {
-    use http_body_util::{BodyExt, Full};
-    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use http_body_util::Full;
 
     let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
     let authority = uri.authority().ok_or("no authority")?.to_string();
@@ -169,40 +168,6 @@ async fn raw_call(
         .body(Full::new(bytes::Bytes::from(body.to_string())))
         .map_err(|e| e.to_string())?;
 
-    // Sends `req` on `$io` with hyper's HTTP/1 or HTTP/2 client; keeps the sender and the
-    // connection's task.
-    macro_rules! call_on {
-        ($io:expr, $h2:expr) => {{
-            let io = TokioIo::new($io);
-            let (response, held): (http::Response<hyper::body::Incoming>, Held) = if $h2 {
-                let (mut sender, conn) =
-                    hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                let task = tokio::spawn(conn);
-                let response = sender.send_request(req).await.map_err(|e| e.to_string())?;
-                (response, Box::new((sender, AbortOnDrop(task))))
-            } else {
-                let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let task = tokio::spawn(conn);
-                let response = sender.send_request(req).await.map_err(|e| e.to_string())?;
-                (response, Box::new((sender, AbortOnDrop(task))))
-            };
-            let status = response.status();
-            let bytes = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| e.to_string())?
-                .to_bytes();
-            if status != http::StatusCode::OK {
-                return Err(format!("{status}: {}", String::from_utf8_lossy(&bytes)));
-            }
-            Ok(held)
-        }};
-    }
     match tls {
         Some(connector) => {
             let name =
@@ -211,10 +176,52 @@ async fn raw_call(
                 .connect(name, tcp)
                 .await
                 .map_err(|e| format!("TLS handshake: {e}"))?;
-            call_on!(stream, over == Transport::TlsH2)
+            call_on(stream, over == Transport::TlsH2, req).await
         }
-        None => call_on!(tcp, over == Transport::H2),
+        None => call_on(tcp, over == Transport::H2, req).await,
     }
+}
+
+/// Sends `req` on `io` with hyper's HTTP/2 (`h2`) or HTTP/1 client connection, reads the
+/// answer, and returns what keeps the connection open: its sender and its task.
+async fn call_on<T>(
+    io: T,
+    h2: bool,
+    req: http::Request<http_body_util::Full<bytes::Bytes>>,
+) -> Result<Held, String>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use http_body_util::BodyExt;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let io = TokioIo::new(io);
+    let (response, held): (http::Response<hyper::body::Incoming>, Held) = if h2 {
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+            .await
+            .map_err(|e| e.to_string())?;
+        let task = tokio::spawn(conn);
+        let response = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        (response, Box::new((sender, AbortOnDrop(task))))
+    } else {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|e| e.to_string())?;
+        let task = tokio::spawn(conn);
+        let response = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        (response, Box::new((sender, AbortOnDrop(task))))
+    };
+    let status = response.status();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    if status != http::StatusCode::OK {
+        return Err(format!("{status}: {}", String::from_utf8_lossy(&bytes)));
+    }
+    Ok(held)
 }
 
 /// A connection's task, stopped (and its connection closed) when the client is dropped.
