@@ -335,7 +335,8 @@ async fn execute(
     let Mode::Mrtr { mut minter, .. } = mode else {
         unreachable!("the mode stays MRTR")
     };
-    // The session's own `InitializeResult`, shared: the run is borrowed mutably below.
+    // The session's own `InitializeResult`, shared: the run is finished, abandoned or parked
+    // below while the server info is still in use.
     let init = run.init_shared();
     let server_info = translate::server_info(Some(&init));
     engine
@@ -595,7 +596,8 @@ async fn forward(
             Vec::new(),
         )
         .await;
-    // The session's own `InitializeResult`, shared: the run is borrowed mutably below.
+    // The session's own `InitializeResult`, shared: the run is finished, abandoned or parked
+    // below while the server info is still in use.
     let init = run.init_shared();
     let server_info = translate::server_info(Some(&init));
     engine
