@@ -36,6 +36,9 @@ pub struct ConnInfo {
     pub close: CancellationToken,
 }
 
+/// A front TLS connection's stream, as its connection's future holds it.
+type TlsIo = Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>;
+
 async fn serve_connection<I>(
     front: Arc<Front>,
     io: I,
@@ -148,10 +151,12 @@ pub async fn serve(
                         client_cert_der,
                         close: CancellationToken::new(),
                     });
-                    // Boxed: a TLS connection's state is more than twice a plain one's, and
-                    // inline it would make every connection's task that large, idle plain
-                    // ones included.
-                    Box::pin(serve_connection(front, tls_stream, info, shutdown)).await;
+                    // The stream boxed: the connection's future holds its stream in several
+                    // places (the protocol sniff, HTTP/1 and its rests, HTTP/2), and a TLS
+                    // stream is over a kilobyte. The future boxed: inline, it would make
+                    // every connection's task that large, idle plain ones included.
+                    let io: TlsIo = Box::new(tls_stream);
+                    Box::pin(serve_connection(front, io, info, shutdown)).await;
                 }
             }
         });
@@ -208,4 +213,28 @@ pub async fn start_with_tls(
         shutdown,
         task,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of what `f` returns, without calling it.
+    fn returned_size<A, B, C, D, R>(_f: impl FnOnce(A, B, C, D) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    #[test]
+    fn a_tls_connection_future_is_no_larger_than_a_plain_one() {
+        // Each open connection's task holds this future for as long as the connection stays
+        // open, at rest included. With the TLS stream inline it was 4.6 times a plain one's
+        // (11,240 bytes against 2,440 in a release build): the stream sits in each of the
+        // future's states.
+        let plain = returned_size(serve_connection::<tokio::net::TcpStream>);
+        let tls = returned_size(serve_connection::<TlsIo>);
+        assert!(
+            tls <= plain + 64,
+            "a TLS connection's future is {tls} bytes, a plain one's {plain}"
+        );
+    }
 }
