@@ -343,6 +343,7 @@ async fn measure(
     let served: u64 = comparison.flows.iter().map(|f| f.gateway.calls).sum();
     let conns = upstream_conns(gw).await?.since(&conns_before);
 
+    let machine = machine::Machine::read();
     let setup = format!(
         "mrtr-load: {} clients; {} rounds of {:?} slices per scenario after {:?} warm-up each; \
          gateway = child process (release mrtr-gateway serve, gather_window {}, gather_quiet {}, parking {}, log.level {}); \
@@ -355,7 +356,7 @@ async fn measure(
         options.gather_quiet,
         options.policy,
         options.log_level,
-        machine::Machine::read().describe(),
+        machine.describe(),
         if args.roots {
             "elicitation and roots"
         } else {
@@ -394,7 +395,7 @@ async fn measure(
         "upstream_connections": conns.to_json(),
         "gateway": "child process: release mrtr-gateway serve",
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
-        "machine": machine::Machine::read().to_json(),
+        "machine": machine.to_json(),
     });
     Ok((comparison, setup, setup_json))
 }
@@ -537,6 +538,7 @@ async fn otlp_run(
     let requests = sink.requests.load(std::sync::atomic::Ordering::Relaxed);
     let bytes = sink.bytes.load(std::sync::atomic::Ordering::Relaxed);
     traced.stop().await;
+    let machine = machine::Machine::read();
     let setup = format!(
         "mrtr-load --otlp: {} clients; {} rounds of {:?} slices per scenario after {:?} warm-up each; \
          two gateway children at the shipped defaults (log.level {}), one with [tracing] otlp_endpoint \
@@ -548,7 +550,7 @@ async fn otlp_run(
         args.slice,
         args.warmup,
         options.log_level,
-        machine::Machine::read().describe(),
+        machine.describe(),
     );
     let setup_json = json!({
         "clients": args.clients,
@@ -562,7 +564,7 @@ async fn otlp_run(
         "export_requests": requests,
         "export_bytes": bytes,
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
-        "machine": machine::Machine::read().to_json(),
+        "machine": machine.to_json(),
     });
     emit(
         args,

@@ -29,10 +29,10 @@ pub async fn caller_init(
     scope: &CallerScope,
     declared: &Declared,
     headers: HeaderMap,
-) -> Result<Value, Rejection> {
+) -> Result<std::sync::Arc<Value>, Rejection> {
     let key = PoolKey::new(scope, declared);
     let lease = engine.sessions.checkout(&key, declared, headers).await?;
-    let init = lease.exchange.session().init_result().clone();
+    let init = lease.exchange.session().init_shared();
     engine.sessions.give_back(key, lease).await;
     Ok(init)
 }
