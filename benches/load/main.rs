@@ -272,6 +272,9 @@ async fn sweep_run(
             gateway: plain.gateway.throughput,
             gateway_p50_ms: plain.gateway.p50_ms,
             gateway_p99_ms: plain.gateway.p99_ms,
+            nginx_cpu_us: plain.nginx.hop_cpu_us_per_call.0 + plain.nginx.hop_cpu_us_per_call.1,
+            gateway_cpu_us: plain.gateway.hop_cpu_us_per_call.0
+                + plain.gateway.hop_cpu_us_per_call.1,
         });
     }
     print!("{}", plot::table(&points));

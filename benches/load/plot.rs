@@ -12,20 +12,25 @@ pub struct Point {
     pub gateway: f64,
     pub gateway_p50_ms: f64,
     pub gateway_p99_ms: f64,
+    /// CPU (user + system) of each hop's own process per call, µs.
+    pub nginx_cpu_us: f64,
+    pub gateway_cpu_us: f64,
 }
 
 pub fn table(points: &[Point]) -> String {
     let mut out = String::from(
-        "plain tools/call by clients\n  clients   direct/s    nginx/s  gateway/s  gateway/nginx  gateway p50 ms  p99 ms  p99/p50  vs first  nginx vs first\n",
+        "plain tools/call by clients\n  clients   direct/s    nginx/s  gateway/s  gateway/nginx  gateway p50 ms  p99 ms  p99/p50  vs first  nginx vs first  direct vs first  nginx µs/call  gateway µs/call\n",
     );
-    // Growth is read against the first point; nginx's own column shows what the machine
-    // allows (the bench's clients share its cores with every hop).
+    // Growth is read against the first point; nginx's and direct's own columns show what the
+    // machine allows (the bench's clients and the legacy server share its cores with every
+    // hop), and the CPU columns whether a hop's own cost per call grows with the clients.
     let first = points.first().map_or(1.0, |p| p.gateway);
     let nginx_first = points.first().map_or(1.0, |p| p.nginx);
+    let direct_first = points.first().map_or(1.0, |p| p.direct);
     for p in points {
         let _ = writeln!(
             out,
-            "  {:>7} {:>10.0} {:>10.0} {:>10.0} {:>14.2} {:>15.2} {:>7.2} {:>8.2} {:>9.2} {:>15.2}",
+            "  {:>7} {:>10.0} {:>10.0} {:>10.0} {:>14.2} {:>15.2} {:>7.2} {:>8.2} {:>9.2} {:>15.2} {:>16.2} {:>14.1} {:>16.1}",
             p.clients,
             p.direct,
             p.nginx,
@@ -36,6 +41,9 @@ pub fn table(points: &[Point]) -> String {
             p.gateway_p99_ms / p.gateway_p50_ms.max(1e-9),
             p.gateway / first.max(1e-9),
             p.nginx / nginx_first.max(1e-9),
+            p.direct / direct_first.max(1e-9),
+            p.nginx_cpu_us,
+            p.gateway_cpu_us,
         );
     }
     out

@@ -42,7 +42,7 @@ use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prometheus::IntGauge;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Interval;
 use tokio_util::sync::CancellationToken;
 
@@ -155,6 +155,24 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// How much a resting connection reads when its next request starts; hyper reads the rest.
 const WAKE_READ: usize = 512;
 
+/// Reads at most `max` bytes (no more than [`WAKE_READ`]); empty at the end of the stream.
+/// The buffer lives on the stack of each poll, not in the future: a connection waiting here
+/// (at rest, or before its first bytes) holds no buffer.
+fn read_some<I: AsyncRead + Unpin>(
+    io: &mut I,
+    max: usize,
+) -> impl Future<Output = std::io::Result<Bytes>> + '_ {
+    std::future::poll_fn(move |cx| {
+        let mut buf = [0u8; WAKE_READ];
+        let mut filled = ReadBuf::new(&mut buf[..max.min(WAKE_READ)]);
+        match Pin::new(&mut *io).poll_read(cx, &mut filled) {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(Bytes::copy_from_slice(filled.filled()))),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+}
+
 /// A connection with the bytes already read from it, which are read again first.
 struct Prefixed<I> {
     prefix: Bytes,
@@ -219,6 +237,15 @@ fn unread(read: Bytes, given: Bytes) -> Bytes {
     }
 }
 
+/// The value out of its box, the box's allocation freed on return.
+#[expect(
+    clippy::boxed_local,
+    reason = "taking the box is the point: it is freed here"
+)]
+fn unbox<T>(boxed: Box<T>) -> T {
+    *boxed
+}
+
 type Reply = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
 
 /// One connection's watchers: its limits, its tokens, and the clock that checks them.
@@ -251,18 +278,18 @@ impl Watch<'_> {
         }
     }
 
-    /// Waits for bytes on `io`, reading at most `buf.len()`. `None` when the connection ends
+    /// Waits for bytes on `io`, reading at most `max`. `None` when the connection ends
     /// instead: the client left, a limit closed it (counted here), or shutdown or the request
     /// path closed it (gracefully, as `idle_timeout` does).
-    async fn next_bytes<I>(&mut self, mut io: I, buf: &mut [u8]) -> Option<Prefixed<I>>
+    async fn next_bytes<I>(&mut self, mut io: I, max: usize) -> Option<Prefixed<I>>
     where
         I: AsyncRead + AsyncWrite + Unpin,
     {
         loop {
             tokio::select! {
-                read = io.read(buf) => return match read {
-                    Ok(0) | Err(_) => None,
-                    Ok(n) => Some(Prefixed { prefix: Bytes::copy_from_slice(&buf[..n]), io }),
+                read = read_some(&mut io, max) => return match read {
+                    Ok(prefix) if !prefix.is_empty() => Some(Prefixed { prefix, io }),
+                    Ok(_) | Err(_) => None,
                 },
                 _ = self.shutdown.cancelled() => break,
                 _ = self.close.cancelled() => break,
@@ -288,11 +315,10 @@ impl Watch<'_> {
     where
         I: AsyncRead + AsyncWrite + Unpin,
     {
-        let mut buf = [0u8; H2_PREFACE.len()];
         let mut seen = Vec::with_capacity(H2_PREFACE.len());
         loop {
             let more = H2_PREFACE.len() - seen.len();
-            let got = self.next_bytes(io, &mut buf[..more]).await?;
+            let got = self.next_bytes(io, more).await?;
             seen.extend_from_slice(&got.prefix);
             io = got.io;
             let protocol = if H2_PREFACE[..seen.len()] != seen[..] {
@@ -319,8 +345,7 @@ impl Watch<'_> {
         builder
             .timer(TokioTimer::new())
             .max_concurrent_streams(self.policy.http2_max_concurrent_streams);
-        let conn = builder.serve_connection(TokioIo::new(io), svc);
-        let mut conn = std::pin::pin!(conn);
+        let mut conn = Box::pin(builder.serve_connection(TokioIo::new(io), svc));
         let mut closing = false;
         loop {
             tokio::select! {
@@ -411,7 +436,9 @@ impl Watch<'_> {
                 }
                 return;
             }
-            let parts = conn.into_parts();
+            // Taken out of its box here, not by moving out of `*conn`: a box moved out of
+            // keeps its allocation until the end of the loop's turn, across the rest.
+            let parts = unbox(conn).into_parts();
             let mut rested = parts.io.into_inner();
             if closing || !resting || !self.activity.may_rest.load(Ordering::Acquire) {
                 // Ended by the client, by hyper (the response needed it), or gracefully:
@@ -428,8 +455,7 @@ impl Watch<'_> {
             rested.prefix = unread(parts.read_buf, std::mem::take(&mut rested.prefix));
             if rested.prefix.is_empty() {
                 let _rest = self.counter.at_rest.as_ref().map(|g| Held::new(g.clone()));
-                let mut buf = [0u8; WAKE_READ];
-                let Some(woken) = self.next_bytes(rested.io, &mut buf).await else {
+                let Some(woken) = self.next_bytes(rested.io, WAKE_READ).await else {
                     return;
                 };
                 rested = woken;
@@ -500,6 +526,7 @@ pub async fn serve<I, H, F>(
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+    use tokio::io::AsyncReadExt;
 
     /// Answers `got N` for a request body of N bytes.
     async fn count_body(req: Request<Incoming>) -> Response<Body> {
