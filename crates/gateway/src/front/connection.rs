@@ -388,12 +388,15 @@ impl Watch<'_> {
     {
         let mut header_timeout = self.policy.header_read_timeout;
         loop {
-            let mut builder = http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout);
-            // Boxed: a resting connection's task then holds no hyper state at all.
-            let mut conn = Box::new(builder.serve_connection(TokioIo::new(io), svc));
+            // Boxed: a resting connection's task then holds no hyper state at all. The
+            // builder is scoped to the box's making, so the future keeps no room for it.
+            let mut conn = Box::new({
+                let mut builder = http1::Builder::new();
+                builder
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(header_timeout);
+                builder.serve_connection(TokioIo::new(io), svc)
+            });
             let mut closing = false;
             let mut resting = false;
             let res = loop {
