@@ -249,7 +249,10 @@ pub async fn run(gw: &GatewayChild, n: usize, over: Transport) -> Result<(String
     let fds_with = gw.fds();
     // Memory freed by connections that went to rest leaves the resident set only as the
     // allocator purges it (jemalloc: over about ten seconds), so the steady state is read too.
+    // What idle connections cost in CPU: the gateway's own, while nothing else happens.
+    let cpu_idle_start = gw.cpu_seconds();
     tokio::time::sleep(SETTLED).await;
+    let cpu_idle_end = gw.cpu_seconds();
     let with_settled = gw.status_kib("VmRSS").unwrap_or(0);
     let open_settled = gw.metric("mrtr_gateway_active_connections", &[]).await?;
 
@@ -261,11 +264,15 @@ pub async fn run(gw: &GatewayChild, n: usize, over: Transport) -> Result<(String
     let idle = (open_with - open_before).max(1.0);
     let per_conn = with.saturating_sub(before) as f64 * 1024.0 / idle;
     let per_conn_settled = with_settled.saturating_sub(before) as f64 * 1024.0 / idle;
+    let idle_cpu_ms_per_s =
+        ((cpu_idle_end.0 + cpu_idle_end.1) - (cpu_idle_start.0 + cpu_idle_start.1)) * 1000.0
+            / SETTLED.as_secs_f64();
     let text = format!(
         "idle connections over {}: {n} opened, the gateway counted {idle} more (active {open_before} -> {open_with}, {open_after} after they closed)\n\
          at rest after 2 s: {at_rest}\n\
          gateway VmRSS before {:.1} MiB, with them {:.1} MiB: {per_conn:.0} bytes per idle connection after 2 s\n\
          {}s later ({open_settled} open) {:.1} MiB: {per_conn_settled:.0} bytes per idle connection (target ≤ 8192 -> {})\n\
+         gateway CPU while they were idle: {idle_cpu_ms_per_s:.2} ms per second\n\
          gateway fds before {fds_before}, with them {fds_with}; VmRSS after they closed {:.1} MiB\n",
         over.describe(),
         mib(before),
@@ -288,6 +295,7 @@ pub async fn run(gw: &GatewayChild, n: usize, over: Transport) -> Result<(String
         "bytes_per_idle_connection_after_2s": per_conn,
         "bytes_per_idle_connection": per_conn_settled,
         "rss_mib_settled": mib(with_settled),
+        "idle_cpu_ms_per_s": idle_cpu_ms_per_s,
         "fds": {"before": fds_before, "with": fds_with},
     });
     Ok((text, json))
