@@ -715,6 +715,21 @@ mod tests {
         }
     }
 
+    /// Sends one keep-alive `GET` and reads its answer (`count_body`'s `got 0`) whole.
+    async fn get_answered(client: &mut tokio::io::DuplexStream) {
+        client
+            .write_all(b"GET /mcp HTTP/1.1\r\nhost: test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 256];
+        while !got.ends_with(b"got 0") {
+            let n = client.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&chunk[..n]);
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_resting_connection_wakes_for_its_client_and_its_deadline_only() {
         // A resting connection used to be polled at every tick of its watch (twice a second)
@@ -743,18 +758,9 @@ mod tests {
             let (shutdown, close) = (CancellationToken::new(), CancellationToken::new());
             serve(io, policy, &counter, shutdown, close, count_body).await;
         });
-        client
-            .write_all(b"GET /mcp HTTP/1.1\r\nhost: test\r\n\r\n")
-            .await
-            .unwrap();
-        let mut got = Vec::new();
-        let mut chunk = [0u8; 256];
-        while !got.ends_with(b"got 0") {
-            let n = client.read(&mut chunk).await.unwrap();
-            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
-            got.extend_from_slice(&chunk[..n]);
-        }
+        get_answered(&mut client).await;
         let answered = Instant::now();
+        let mut chunk = [0u8; 256];
         let deadline = answered + Duration::from_secs(5);
         while at_rest.get() != 1 {
             assert!(Instant::now() < deadline, "the connection did not rest");
@@ -840,17 +846,7 @@ mod tests {
     async fn a_quiet_http1_connection_that_does_not_rest_is_not_woken_by_its_watch() {
         let (mut client, server) = tokio::io::duplex(64 * 1024);
         let polls = serve_counting_polls(server, QUIET_FOR_LONG);
-        client
-            .write_all(b"GET /mcp HTTP/1.1\r\nhost: test\r\n\r\n")
-            .await
-            .unwrap();
-        let mut got = Vec::new();
-        let mut chunk = [0u8; 256];
-        while !got.ends_with(b"got 0") {
-            let n = client.read(&mut chunk).await.unwrap();
-            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
-            got.extend_from_slice(&chunk[..n]);
-        }
+        get_answered(&mut client).await;
         let woken = wakes_while_quiet(&polls).await;
         assert!(
             woken <= 1,
