@@ -544,7 +544,9 @@ pub async fn serve<I, H, F>(
         let response = handle(req);
         Box::pin(async move { Ok(respond::with_guard(response.await, busy)) })
     });
-    // How late a first-request, idle or rest deadline may fire: at most half a second.
+    // The watch's period while a request is in flight. A quiet connection's clock is set to
+    // its next deadline instead; one that falls due before the first tick after a request
+    // ended (a rest shorter than this) fires at that tick, at most half a second late.
     let tick_every = Duration::from_millis(500)
         .min(policy.idle_timeout)
         .min(policy.header_read_timeout);
