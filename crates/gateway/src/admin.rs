@@ -174,18 +174,10 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, shutdown: Cancellati
             }
         };
         let counter = counter.clone();
-        let shutdown = shutdown.clone();
+        let stop = shutdown.child_token();
         tokio::spawn(async move {
             let _permit = accepted.permit;
-            connection::serve(
-                accepted.stream,
-                policy,
-                &counter,
-                shutdown,
-                CancellationToken::new(),
-                handler,
-            )
-            .await;
+            connection::serve(accepted.stream, policy, &counter, stop, handler).await;
         });
     }
 }

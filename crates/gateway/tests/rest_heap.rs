@@ -101,10 +101,9 @@ async fn a_rested_http1_connection_holds_no_more_heap_than_its_budget() {
         loop {
             let (stream, _) = listener.accept().await.unwrap();
             let counter = counter.clone();
-            let shutdown = accept_shutdown.clone();
+            let stop = accept_shutdown.child_token();
             tokio::spawn(async move {
-                let close = CancellationToken::new();
-                connection::serve(stream, policy, &counter, shutdown, close, ok).await;
+                connection::serve(stream, policy, &counter, stop, ok).await;
             });
         }
     });

@@ -329,3 +329,69 @@ async fn a_tls_connection_rests_and_serves_its_next_request() {
     running.stop().await;
     legacy.shutdown().await;
 }
+
+/// Reads from `s` until it ends: `true` when the gateway closed it within 5 s (well before the
+/// listener's 10 s drain deadline; past that deadline nothing would close it but its idle
+/// timeout).
+async fn closed_within_5s(s: &mut TcpStream) -> bool {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = s.read(&mut buf).await
+            && n > 0
+        {}
+    })
+    .await
+    .is_ok()
+}
+
+/// Shutdown reaches every open connection, whatever it is doing: an HTTP/1 connection hyper
+/// serves, one at rest, and an HTTP/2 connection are each closed at once. Each connection
+/// watches a token of its own (a child of the listener's shutdown token), not the shutdown
+/// token itself, which every wake of every connection would otherwise lock.
+#[tokio::test]
+async fn shutdown_closes_kept_alive_connections_served_at_rest_and_over_http2() {
+    for (listen, rests) in [
+        ("idle_release_after = \"0s\"", false),
+        ("idle_release_after = \"100ms\"", true),
+    ] {
+        let (env, _addr, mut s) = after_one_call(listen).await;
+        if rests {
+            assert!(eventually(Duration::from_secs(5), || at_rest(&env) == 1.0).await);
+        }
+        env.running.shutdown.cancel();
+        assert!(
+            closed_within_5s(&mut s).await,
+            "shutdown did not close a kept-alive connection ({listen})"
+        );
+    }
+
+    let env = rest_env("").await;
+    let addr = env.running.addr;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    let conn = tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    let call = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": ModernClient::new("http://unused/").params_with_meta(json!({"name": "echo", "arguments": {"text": "h2"}})),
+    });
+    let body = serde_json::to_vec(&call).unwrap();
+    let mut req = http::Request::post(format!("http://{addr}/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("content-length", body.len().to_string());
+    for (name, value) in ModernClient::routing_headers(&call) {
+        req = req.header(name.expect("one value per header"), value);
+    }
+    let req = req.body(()).unwrap();
+    let (resp, mut send) = client.send_request(req, false).expect("stream opens");
+    send.send_data(bytes::Bytes::from(body), true).unwrap();
+    let resp = resp.await.expect("a response");
+    assert_eq!(resp.status(), 200, "the HTTP/2 connection serves a request");
+    env.running.shutdown.cancel();
+    let ended = tokio::time::timeout(Duration::from_secs(5), conn).await;
+    assert!(
+        ended.is_ok(),
+        "shutdown did not close a kept-alive HTTP/2 connection"
+    );
+}

@@ -262,8 +262,7 @@ type Reply = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + S
 struct Watch<'a> {
     policy: ConnPolicy,
     counter: &'a LimitCounter,
-    shutdown: &'a CancellationToken,
-    close: &'a CancellationToken,
+    stop: &'a CancellationToken,
     activity: Arc<Activity>,
     tick: Interval,
 }
@@ -332,8 +331,7 @@ impl Watch<'_> {
                     Ok(_) | Err(_) => None,
                 };
             }
-            _ = self.shutdown.cancelled() => {}
-            _ = self.close.cancelled() => {}
+            _ = self.stop.cancelled() => {}
             _ = self.tick.tick() => {
                 self.counter.hit(limit);
                 if limit != self.counter.idle {
@@ -390,11 +388,7 @@ impl Watch<'_> {
                     }
                     return;
                 }
-                _ = self.shutdown.cancelled(), if !closing => {
-                    closing = true;
-                    conn.as_mut().graceful_shutdown();
-                }
-                _ = self.close.cancelled(), if !closing => {
+                _ = self.stop.cancelled(), if !closing => {
                     closing = true;
                     conn.as_mut().graceful_shutdown();
                 }
@@ -439,11 +433,7 @@ impl Watch<'_> {
             let res = loop {
                 tokio::select! {
                     res = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)) => break res,
-                    _ = self.shutdown.cancelled(), if !closing => {
-                        closing = true;
-                        Pin::new(&mut *conn).graceful_shutdown();
-                    }
-                    _ = self.close.cancelled(), if !closing => {
+                    _ = self.stop.cancelled(), if !closing => {
                         closing = true;
                         Pin::new(&mut *conn).graceful_shutdown();
                     }
@@ -516,15 +506,18 @@ impl Watch<'_> {
     }
 }
 
-/// Serves `io` with `handle` until the client leaves, a limit closes it, `shutdown` fires
-/// (graceful), or `close` is cancelled by the request path (graceful: the current responses
-/// are finished first).
+/// Serves `io` with `handle` until the client leaves, a limit closes it, or `stop` is
+/// cancelled (graceful: the current responses are finished first).
+///
+/// `stop` is the connection's own token: a child of the gateway's shutdown token, which the
+/// request path may also cancel to close this connection alone. One token of its own, and not
+/// the shutdown token itself: the connection's task checks it each time it runs, and a token
+/// every connection shares is a lock every wake of every connection would take.
 pub async fn serve<I, H, F>(
     io: I,
     policy: ConnPolicy,
     counter: &LimitCounter,
-    shutdown: CancellationToken,
-    close: CancellationToken,
+    stop: CancellationToken,
     handle: H,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -553,8 +546,7 @@ pub async fn serve<I, H, F>(
     let mut watch = Watch {
         policy,
         counter,
-        shutdown: &shutdown,
-        close: &close,
+        stop: &stop,
         activity,
         tick: tokio::time::interval(tick_every),
     };
@@ -669,8 +661,14 @@ mod tests {
             let counter = counter.clone();
             let t0 = tokio::time::Instant::now();
             tokio::spawn(async move {
-                let (shutdown, close) = (CancellationToken::new(), CancellationToken::new());
-                serve(server, policy, &counter, shutdown, close, count_body).await;
+                serve(
+                    server,
+                    policy,
+                    &counter,
+                    CancellationToken::new(),
+                    count_body,
+                )
+                .await;
             });
             clients.push(tokio::spawn(send_at_ticks(client, t0, 4)));
         }
@@ -757,8 +755,7 @@ mod tests {
             reads: reads.clone(),
         };
         tokio::spawn(async move {
-            let (shutdown, close) = (CancellationToken::new(), CancellationToken::new());
-            serve(io, policy, &counter, shutdown, close, count_body).await;
+            serve(io, policy, &counter, CancellationToken::new(), count_body).await;
         });
         get_answered(&mut client).await;
         let answered = Instant::now();
@@ -812,8 +809,7 @@ mod tests {
                 idle: Limit::IdleTimeout,
                 at_rest: None,
             };
-            let (shutdown, close) = (CancellationToken::new(), CancellationToken::new());
-            let fut = serve(io, policy, &counter, shutdown, close, count_body);
+            let fut = serve(io, policy, &counter, CancellationToken::new(), count_body);
             let mut fut = std::pin::pin!(fut);
             std::future::poll_fn(|cx| {
                 counted.fetch_add(1, Ordering::SeqCst);

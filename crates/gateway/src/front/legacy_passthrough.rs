@@ -431,7 +431,9 @@ async fn forward(
     let ends = if get {
         // The standalone stream: until the client leaves or the gateway shuts down.
         Ends {
-            shutdown: Some(front.long_lived.shutdown().clone()),
+            // A child: the relay checks it for every chunk, and the shutdown token itself is
+            // shared by every stream (see `connection::serve`).
+            shutdown: Some(front.long_lived.shutdown().child_token()),
             deadline: None,
             hits: LimitHits::none(),
         }

@@ -267,7 +267,9 @@ pub async fn serve(front: &Front, r: ListenRequest<'_>) -> Result<Response<Body>
         pending,
         feed,
         keepalive,
-        shutdown: front.long_lived.shutdown().clone(),
+        // A child: the stream checks it on each wake, and the shutdown token itself is shared
+        // by every stream (see `connection::serve`).
+        shutdown: front.long_lived.shutdown().child_token(),
         relayed: front.long_lived.relayed(scope),
         recent: VecDeque::new(),
         server_info,

@@ -32,19 +32,16 @@ pub struct ConnInfo {
     pub client_cert_der: Option<Arc<Vec<u8>>>,
     /// Cancelled by the request path to close the connection once its current responses are
     /// sent (a request whose body did not arrive in time: the rest of it may still come, and
-    /// would be read as the next request).
+    /// would be read as the next request). A child of the gateway's shutdown token, so
+    /// shutdown cancels it too: the connection watches this token alone.
     pub close: CancellationToken,
 }
 
 /// A front TLS connection's stream, as its connection's future holds it.
 type TlsIo = Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>;
 
-async fn serve_connection<I>(
-    front: Arc<Front>,
-    io: I,
-    info: Arc<ConnInfo>,
-    shutdown: CancellationToken,
-) where
+async fn serve_connection<I>(front: Arc<Front>, io: I, info: Arc<ConnInfo>)
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let cfg = front.config();
@@ -68,7 +65,7 @@ async fn serve_connection<I>(
         let info = info.clone();
         async move { handle(front, req, &info).await }
     };
-    connection::serve(io, policy, &counter, shutdown, close, handler).await;
+    connection::serve(io, policy, &counter, close, handler).await;
 }
 
 /// One accepted connection, from its TLS handshake (when the listener has TLS) to its end.
@@ -91,9 +88,9 @@ async fn connection_task(
             let info = Arc::new(ConnInfo {
                 peer,
                 client_cert_der: None,
-                close: CancellationToken::new(),
+                close: shutdown.child_token(),
             });
-            serve_connection(front, stream, info, shutdown).await;
+            serve_connection(front, stream, info).await;
         }
         Some(tls) => {
             // Boxed, so that its state (the TLS stream inline, over a kilobyte) goes once
@@ -106,9 +103,9 @@ async fn connection_task(
             let info = Arc::new(ConnInfo {
                 peer,
                 client_cert_der,
-                close: CancellationToken::new(),
+                close: shutdown.child_token(),
             });
-            serve_connection(front, io, info, shutdown).await;
+            serve_connection(front, io, info).await;
         }
     }
 }
@@ -249,7 +246,7 @@ mod tests {
     use super::*;
 
     /// The size of what `f` returns, without calling it.
-    fn returned_size<A, B, C, D, R>(_f: impl FnOnce(A, B, C, D) -> R) -> usize {
+    fn returned_size<A, B, C, R>(_f: impl FnOnce(A, B, C) -> R) -> usize {
         std::mem::size_of::<R>()
     }
 
