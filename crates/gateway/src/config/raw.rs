@@ -484,7 +484,7 @@ impl Default for RawPool {
         RawPool {
             mode: "pooled".into(),
             max_idle_per_key: 8,
-            max_idle: 256,
+            max_idle: 1024,
             max_idle_per_principal: None,
             idle_timeout: "60s".into(),
             idle_read_after: "25ms".into(),

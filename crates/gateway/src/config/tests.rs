@@ -339,7 +339,7 @@ fn edge_limits_have_defaults_and_bounds_and_name_their_key_and_variable() {
         ),
         (250, 125)
     );
-    assert_eq!(c.pool.idle_share.per_caller, 64);
+    assert_eq!(c.pool.idle_share.per_caller, 256, "a quarter of pool.max_idle");
     assert_eq!(c.pool.idle_share.reserve, 0, "the idle pool evicts instead");
     assert_eq!(c.listen.ipv6_source_prefix, 64);
     assert_eq!(
@@ -647,5 +647,19 @@ fn trace_export_is_off_by_default_and_its_keys_are_checked() {
     assert_eq!(
         e.env_var.as_deref(),
         Some("MRTR_GATEWAY__TRACING__OTLP_ENDPOINT")
+    );
+}
+
+#[test]
+fn the_idle_pool_can_keep_a_session_for_every_request_admitted_at_once_by_default() {
+    // Below the requests the gateway admits at once, the pool's bound saves the legacy server
+    // nothing at the peak (each running call holds its session) and makes every call past it
+    // open a session: at 1,024 distinct callers a third of the calls did (docs/performance.md).
+    let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
+    assert_eq!(c.pool.max_idle, 1024);
+    assert_eq!(c.pool.max_idle, c.listen.max_concurrent_requests);
+    assert_eq!(
+        c.pool.idle_share.per_caller, 256,
+        "quotas.caller_share of it"
     );
 }
