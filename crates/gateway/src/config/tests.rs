@@ -339,7 +339,10 @@ fn edge_limits_have_defaults_and_bounds_and_name_their_key_and_variable() {
         ),
         (250, 125)
     );
-    assert_eq!(c.pool.idle_share.per_caller, 256, "a quarter of pool.max_idle");
+    assert_eq!(
+        c.pool.idle_share.per_caller, 256,
+        "a quarter of pool.max_idle"
+    );
     assert_eq!(c.pool.idle_share.reserve, 0, "the idle pool evicts instead");
     assert_eq!(c.listen.ipv6_source_prefix, 64);
     assert_eq!(
