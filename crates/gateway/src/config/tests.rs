@@ -655,9 +655,9 @@ fn trace_export_is_off_by_default_and_its_keys_are_checked() {
 
 #[test]
 fn the_idle_pool_can_keep_a_session_for_every_request_admitted_at_once_by_default() {
-    // Below the requests the gateway admits at once, the pool's bound saves the legacy server
-    // nothing at the peak (each running call holds its session) and makes every call past it
-    // open a session: at 1,024 distinct callers a third of the calls did (docs/performance.md).
+    // Below the requests the gateway admits at once, the pool's bound makes every call past it
+    // open a session of its own: with 256, at 1,024 distinct callers a third of the calls did
+    // (docs/performance.md).
     let c = Config::from_toml_str(&minimal(), &[], None).unwrap();
     assert_eq!(c.pool.max_idle, 1024);
     assert_eq!(c.pool.max_idle, c.listen.max_concurrent_requests);

@@ -258,7 +258,7 @@ fn unbox<T>(boxed: Box<T>) -> T {
 
 type Reply = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
 
-/// One connection's watchers: its limits, its tokens, and the clock that checks them.
+/// One connection's watchers: its limits, its stop token, and the clock that checks them.
 struct Watch<'a> {
     policy: ConnPolicy,
     counter: &'a LimitCounter,
