@@ -208,6 +208,7 @@ pub async fn slice(
     cpu: CpuProbe<'_>,
 ) -> Slice {
     let cpu_before = cpu(path);
+    let load_before = own_cpu_seconds();
     let start = Instant::now();
     let deadline = start + length;
     let tasks: Vec<_> = callers
@@ -242,7 +243,13 @@ pub async fn slice(
     total.elapsed = start.elapsed();
     let cpu_after = cpu(path);
     total.hop_cpu = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
+    total.load_cpu = own_cpu_seconds() - load_before;
     total
+}
+
+/// This process's CPU seconds (user + system) so far.
+fn own_cpu_seconds() -> f64 {
+    crate::gateway_child::proc_cpu_seconds(std::process::id()).map_or(0.0, |(u, s)| u + s)
 }
 
 pub struct FlowComparison {

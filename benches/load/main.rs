@@ -275,6 +275,7 @@ async fn sweep_run(
             nginx_cpu_us: plain.nginx.hop_cpu_us_per_call.0 + plain.nginx.hop_cpu_us_per_call.1,
             gateway_cpu_us: plain.gateway.hop_cpu_us_per_call.0
                 + plain.gateway.hop_cpu_us_per_call.1,
+            direct_load_cpu_us: plain.direct.load_cpu_us_per_call,
         });
     }
     print!("{}", plot::table(&points));

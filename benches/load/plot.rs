@@ -15,11 +15,14 @@ pub struct Point {
     /// CPU (user + system) of each hop's own process per call, µs.
     pub nginx_cpu_us: f64,
     pub gateway_cpu_us: f64,
+    /// CPU of the bench's own process (its clients and the legacy server) per call on the
+    /// direct path, µs: what the machine spends per call before any hop.
+    pub direct_load_cpu_us: f64,
 }
 
 pub fn table(points: &[Point]) -> String {
     let mut out = String::from(
-        "plain tools/call by clients\n  clients   direct/s    nginx/s  gateway/s  gateway/nginx  gateway p50 ms  p99 ms  p99/p50  vs first  nginx vs first  direct vs first  nginx µs/call  gateway µs/call\n",
+        "plain tools/call by clients\n  clients   direct/s    nginx/s  gateway/s  gateway/nginx  gateway p50 ms  p99 ms  p99/p50  vs first  nginx vs first  direct vs first  nginx µs/call  gateway µs/call  direct load µs/call\n",
     );
     // Growth is read against the first point; nginx's and direct's own columns show what the
     // machine allows (the bench's clients and the legacy server share its cores with every
@@ -30,7 +33,7 @@ pub fn table(points: &[Point]) -> String {
     for p in points {
         let _ = writeln!(
             out,
-            "  {:>7} {:>10.0} {:>10.0} {:>10.0} {:>14.2} {:>15.2} {:>7.2} {:>8.2} {:>9.2} {:>15.2} {:>16.2} {:>14.1} {:>16.1}",
+            "  {:>7} {:>10.0} {:>10.0} {:>10.0} {:>14.2} {:>15.2} {:>7.2} {:>8.2} {:>9.2} {:>15.2} {:>16.2} {:>14.1} {:>16.1} {:>20.1}",
             p.clients,
             p.direct,
             p.nginx,
@@ -44,6 +47,7 @@ pub fn table(points: &[Point]) -> String {
             p.direct / direct_first.max(1e-9),
             p.nginx_cpu_us,
             p.gateway_cpu_us,
+            p.direct_load_cpu_us,
         );
     }
     out

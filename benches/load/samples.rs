@@ -14,6 +14,9 @@ pub struct Slice {
     /// CPU seconds (user, system) the hop's process (nginx or the gateway) used during the
     /// slice; zeros on the direct path.
     pub hop_cpu: (f64, f64),
+    /// CPU seconds (user + system) this process used during the slice: the clients, and the
+    /// in-process legacy server.
+    pub load_cpu: f64,
 }
 
 impl Slice {
@@ -45,6 +48,8 @@ pub struct Summary {
     pub per_slice: Vec<f64>,
     /// The hop's CPU per successful call, microseconds (user, system); zero on the direct path.
     pub hop_cpu_us_per_call: (f64, f64),
+    /// This process's CPU (the clients and the legacy server) per successful call, µs.
+    pub load_cpu_us_per_call: f64,
 }
 
 fn percentile(sorted: &[u64], p: f64) -> f64 {
@@ -82,6 +87,8 @@ pub fn summarize(slices: &[Slice]) -> Summary {
             let sys: f64 = slices.iter().map(|s| s.hop_cpu.1).sum();
             (user * 1e6 / calls, sys * 1e6 / calls)
         },
+        load_cpu_us_per_call: slices.iter().map(|s| s.load_cpu).sum::<f64>() * 1e6
+            / all.len().max(1) as f64,
     }
 }
 
