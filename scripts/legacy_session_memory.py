@@ -1,9 +1,11 @@
 """What an idle legacy session costs the Python SDK's FastMCP 1.x server.
 
 Starts the test suite's legacy peer (tests/peers/legacy_server.py, streamable HTTP), opens
-20 sessions to warm it up, then N more (each `initialize` and its `notifications/initialized`,
-nothing after), and prints the server's resident memory before and after the N: the cost the
-gateway's idle pool (`pool.max_idle`) puts on such a server, per session it keeps.
+20 sessions to warm it up, then N more, each as the gateway opens one (`initialize`, its
+`notifications/initialized`, and the standalone GET stream, kept open), and prints the
+server's resident memory before and after the N: the cost the gateway's idle pool
+(`pool.max_idle`) puts on such a server, per session it keeps. With `--no-get-stream` the
+sessions open no GET stream.
 
 Run through scripts/legacy-session-memory.sh, which installs the peer first.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -55,15 +58,42 @@ def post(port: int, body: dict, session: str | None = None) -> str | None:
         conn.close()
 
 
-def open_session(port: int) -> None:
+def open_session(port: int, get_stream: bool) -> http.client.HTTPConnection | None:
+    """Opens a session; returns the connection of its GET stream (kept open) if asked for."""
     session = post(port, INIT)
     if not session:
         raise RuntimeError("initialize answered without a session id")
     post(port, INITIALIZED, session)
+    if not get_stream:
+        return None
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request(
+        "GET",
+        "/mcp",
+        headers={
+            "accept": "text/event-stream",
+            "mcp-session-id": session,
+            "mcp-protocol-version": INIT["params"]["protocolVersion"],
+        },
+    )
+    resp = conn.getresponse()  # the head only: the stream stays open
+    if resp.status != 200:
+        raise RuntimeError(f"GET stream: HTTP {resp.status}")
+    conn._stream = resp  # keep the response (and its socket) alive
+    return conn
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    get_stream = "--no-get-stream" not in sys.argv[1:]
+    n = int(args[0]) if args else 1024
+    # Each GET stream is a socket here and one in the server.
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 2 * (n + WARM_UP) + 256
+    if hard != resource.RLIM_INFINITY and hard < want:
+        raise SystemExit(f"needs {want} open files, the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    streams = []
     server = subprocess.Popen(
         [sys.executable, "tests/peers/legacy_server.py", "--port", "0", "--log-level", "WARNING"],
         stdout=subprocess.PIPE,
@@ -74,18 +104,22 @@ def main() -> None:
         line = server.stdout.readline()  # "LISTENING <port>"
         port = int(line.split()[1])
         for _ in range(WARM_UP):
-            open_session(port)
+            streams.append(open_session(port, get_stream))
         time.sleep(1)
         before = vm_rss_kb(server.pid)
         for _ in range(n):
-            open_session(port)
+            streams.append(open_session(port, get_stream))
         time.sleep(2)
         after = vm_rss_kb(server.pid)
+        what = "with a GET stream each" if get_stream else "without GET streams"
         print(
-            f"FastMCP 1.x legacy server: {n} idle sessions opened; VmRSS {before} -> {after} kB; "
-            f"{(after - before) * 1024 / n:.0f} bytes per idle session"
+            f"FastMCP 1.x legacy server: {n} idle sessions opened ({what}); VmRSS {before} -> "
+            f"{after} kB; {(after - before) * 1024 / n:.0f} bytes per idle session"
         )
     finally:
+        for conn in streams:
+            if conn is not None:
+                conn.close()
         server.kill()
         server.wait()
 
