@@ -58,8 +58,8 @@ def post(port: int, body: dict, session: str | None = None) -> str | None:
         conn.close()
 
 
-def open_session(port: int, get_stream: bool) -> http.client.HTTPConnection | None:
-    """Opens a session; returns the connection of its GET stream (kept open) if asked for."""
+def open_session(port: int, get_stream: bool) -> http.client.HTTPResponse | None:
+    """Opens a session; returns its GET stream's response (its socket kept open) if asked for."""
     session = post(port, INIT)
     if not session:
         raise RuntimeError("initialize answered without a session id")
@@ -79,8 +79,7 @@ def open_session(port: int, get_stream: bool) -> http.client.HTTPConnection | No
     resp = conn.getresponse()  # the head only: the stream stays open
     if resp.status != 200:
         raise RuntimeError(f"GET stream: HTTP {resp.status}")
-    conn._stream = resp  # keep the response (and its socket) alive
-    return conn
+    return resp
 
 
 def main() -> None:
@@ -117,9 +116,9 @@ def main() -> None:
             f"{after} kB; {(after - before) * 1024 / n:.0f} bytes per idle session"
         )
     finally:
-        for conn in streams:
-            if conn is not None:
-                conn.close()
+        for stream in streams:
+            if stream is not None:
+                stream.close()
         server.kill()
         server.wait()
 

@@ -1,7 +1,7 @@
 //! The heap an HTTP/1 client connection holds while it is at rest, counted by dhat's
 //! allocator. This binary has its own global allocator, so it is a test target of its own.
 //!
-//! A rested connection keeps its task, its stream and its watch (tick, tokens, activity), and
+//! A rested connection keeps its task, its stream and its watch (tick, stop token, activity), and
 //! nothing of hyper's. Three things it kept before this test; this test's reading (debug
 //! build) was 3,808 bytes with all three, and is 1,816 without them; with one put back:
 //! - the box of the hyper connection it had been taken out of, until the connection woke

@@ -175,11 +175,8 @@ fn read_some<I: AsyncRead + Unpin>(
     std::future::poll_fn(move |cx| {
         let mut buf = [0u8; WAKE_READ];
         let mut filled = ReadBuf::new(&mut buf[..max.min(WAKE_READ)]);
-        match Pin::new(&mut *io).poll_read(cx, &mut filled) {
-            Poll::Ready(Ok(())) => Poll::Ready(Ok(Bytes::copy_from_slice(filled.filled()))),
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => Poll::Pending,
-        }
+        std::task::ready!(Pin::new(&mut *io).poll_read(cx, &mut filled))?;
+        Poll::Ready(Ok(Bytes::copy_from_slice(filled.filled())))
     })
 }
 
@@ -563,6 +560,16 @@ mod tests {
     use http_body_util::BodyExt;
     use tokio::io::AsyncReadExt;
 
+    /// A counter that counts limits nowhere (and rests in `at_rest`, when given).
+    fn uncounted(at_rest: Option<IntGauge>) -> LimitCounter {
+        LimitCounter {
+            hits: LimitHits::none(),
+            header_timeout: Limit::HeaderReadTimeout,
+            idle: Limit::IdleTimeout,
+            at_rest,
+        }
+    }
+
     /// Answers `got N` for a request body of N bytes.
     async fn count_body(req: Request<Incoming>) -> Response<Body> {
         let n = req
@@ -649,12 +656,7 @@ mod tests {
             http2_max_concurrent_streams: 8,
             release_idle_after: Some(Duration::from_millis(5)),
         };
-        let counter = LimitCounter {
-            hits: LimitHits::none(),
-            header_timeout: Limit::HeaderReadTimeout,
-            idle: Limit::IdleTimeout,
-            at_rest: None,
-        };
+        let counter = uncounted(None);
         let mut clients = Vec::new();
         for _ in 0..64 {
             let (client, server) = tokio::io::duplex(64 * 1024);
@@ -742,12 +744,7 @@ mod tests {
             release_idle_after: Some(Duration::from_millis(5)),
         };
         let at_rest = IntGauge::new("at_rest", "connections at rest").unwrap();
-        let counter = LimitCounter {
-            hits: LimitHits::none(),
-            header_timeout: Limit::HeaderReadTimeout,
-            idle: Limit::IdleTimeout,
-            at_rest: Some(at_rest.clone()),
-        };
+        let counter = uncounted(Some(at_rest.clone()));
         let (mut client, server) = tokio::io::duplex(64 * 1024);
         let reads = Arc::new(AtomicUsize::new(0));
         let io = CountingIo {
@@ -803,12 +800,7 @@ mod tests {
         let polls = Arc::new(AtomicUsize::new(0));
         let counted = polls.clone();
         tokio::spawn(async move {
-            let counter = LimitCounter {
-                hits: LimitHits::none(),
-                header_timeout: Limit::HeaderReadTimeout,
-                idle: Limit::IdleTimeout,
-                at_rest: None,
-            };
+            let counter = uncounted(None);
             let fut = serve(io, policy, &counter, CancellationToken::new(), count_body);
             let mut fut = std::pin::pin!(fut);
             std::future::poll_fn(|cx| {
