@@ -23,6 +23,7 @@ use super::deps::Front;
 use super::handler::handle;
 use super::tls::TlsReloader;
 use crate::metrics::{Held, Limit};
+use crate::tls::server_stream::TlsStream;
 
 /// What the request path knows about the connection a request came on.
 #[derive(Debug, Clone)]
@@ -38,7 +39,7 @@ pub struct ConnInfo {
 }
 
 /// A front TLS connection's stream, as its connection's future holds it.
-type TlsIo = Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>;
+type TlsIo = Box<TlsStream>;
 
 async fn serve_connection<I>(front: Arc<Front>, io: I, info: Arc<ConnInfo>)
 where
@@ -120,20 +121,19 @@ async fn tls_handshake(
     peer: SocketAddr,
 ) -> Option<(TlsIo, Option<Arc<Vec<u8>>>)> {
     let limit = front.config().listen.header_read_timeout;
-    let tls_stream = match tokio::time::timeout(limit, tls.acceptor().accept(stream)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, %peer, "TLS handshake failed");
-            return None;
-        }
-        Err(_) => {
-            front.limits.hit(Limit::TlsHandshakeTimeout);
-            return None;
-        }
-    };
+    let tls_stream =
+        match tokio::time::timeout(limit, TlsStream::accept(stream, tls.config())).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, %peer, "TLS handshake failed");
+                return None;
+            }
+            Err(_) => {
+                front.limits.hit(Limit::TlsHandshakeTimeout);
+                return None;
+            }
+        };
     let client_cert_der = tls_stream
-        .get_ref()
-        .1
         .peer_certificates()
         .and_then(|c| c.first())
         .map(|c| Arc::new(c.as_ref().to_vec()));

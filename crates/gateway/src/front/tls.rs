@@ -14,7 +14,6 @@ use rustls::ServerConfig;
 use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio_rustls::TlsAcceptor;
 
 use crate::config::{ClientAuth, TlsConfig};
 
@@ -84,8 +83,9 @@ impl TlsReloader {
         Ok(())
     }
 
-    pub fn acceptor(&self) -> TlsAcceptor {
-        TlsAcceptor::from(self.current.load_full())
+    /// The configuration a connection accepted now is served with.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        self.current.load_full()
     }
 
     /// The files whose change should trigger [`TlsReloader::reload`].

@@ -1,0 +1,279 @@
+//! The front's TLS stream against tokio-rustls's, side by side in one process.
+//!
+//! The gateway serves front TLS with its own stream over rustls's unbuffered connection
+//! (`tls::server_stream`), so that a quiet connection holds no buffer. This measures what that
+//! costs per exchange against tokio-rustls (which the front used before) on the same
+//! machine, in alternated rounds: `--clients` connections over loopback each send a 700-byte
+//! request and read a 400-byte answer, `--exchanges` times, and the process's CPU time per
+//! exchange (clients included, the same for both) is reported for each server, with the
+//! ratio. A second part times full handshakes.
+//!
+//! ```sh
+//! cargo bench --bench tls_stream                       # 32 clients, 2,000 exchanges each, 5 rounds
+//! cargo bench --bench tls_stream -- --clients 8 --exchanges 5000 --rounds 3
+//! ```
+
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use mrtr_gateway::tls::server_stream::TlsStream;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The shipped binary's allocator (`src/main.rs`), so allocation costs are the ones it pays.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+const REQUEST: usize = 700;
+const ANSWER: usize = 400;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Server {
+    Gateway,
+    TokioRustls,
+}
+
+impl Server {
+    fn label(self) -> &'static str {
+        match self {
+            Server::Gateway => "gateway stream",
+            Server::TokioRustls => "tokio-rustls",
+        }
+    }
+}
+
+/// The CPU time the process's live threads have had so far, in seconds: the sum of each
+/// thread's scheduler run time (nanoseconds, `/proc/self/task/*/schedstat`), finer than the
+/// clock ticks of `/proc/self/stat`. The runtime's threads live for the whole run.
+fn cpu_seconds() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    let mut ns = 0u64;
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        ns += stat
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    ns as f64 / 1e9
+}
+
+fn configs() -> (Arc<rustls::ServerConfig>, tokio_rustls::TlsConnector) {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let cert: CertificateDer<'static> = cert.der().clone();
+    let key: PrivateKeyDer<'static> = PrivatePkcs8KeyDer::from(key.serialize_der()).into();
+    let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], key)
+        .unwrap();
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let mut client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    (
+        Arc::new(server),
+        tokio_rustls::TlsConnector::from(Arc::new(client)),
+    )
+}
+
+/// Answers each request of `REQUEST` bytes with `ANSWER` bytes, reading as hyper does (into a
+/// larger buffer, whatever has come).
+async fn answer<S: AsyncRead + AsyncWrite + Unpin>(mut s: S) {
+    let mut buf = vec![0u8; 8192];
+    let answer = [b'a'; ANSWER];
+    let mut have = 0;
+    loop {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => have += n,
+        }
+        while have >= REQUEST {
+            have -= REQUEST;
+            if s.write_all(&answer).await.is_err() || s.flush().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Serves every connection of `listener` with `server`'s stream.
+fn serve(listener: TcpListener, server: Server, config: Arc<rustls::ServerConfig>) {
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let _ = tcp.set_nodelay(true);
+            let config = config.clone();
+            tokio::spawn(async move {
+                match server {
+                    Server::Gateway => {
+                        if let Ok(s) = TlsStream::accept(tcp, config).await {
+                            answer(s).await;
+                        }
+                    }
+                    Server::TokioRustls => {
+                        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                        if let Ok(s) = acceptor.accept(tcp).await {
+                            answer(s).await;
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
+async fn connect(
+    addr: std::net::SocketAddr,
+    connector: &tokio_rustls::TlsConnector,
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap()
+}
+
+/// CPU seconds and wall seconds for `clients` connections doing `exchanges` each.
+async fn exchanges(
+    addr: std::net::SocketAddr,
+    connector: &tokio_rustls::TlsConnector,
+    clients: usize,
+    exchanges: usize,
+) -> (f64, f64) {
+    let mut conns = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        conns.push(connect(addr, connector).await);
+    }
+    let cpu = cpu_seconds();
+    let start = Instant::now();
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .map(|mut c| {
+            tokio::spawn(async move {
+                let request = [b'r'; REQUEST];
+                let mut got = [0u8; ANSWER];
+                for _ in 0..exchanges {
+                    c.write_all(&request).await.unwrap();
+                    c.flush().await.unwrap();
+                    c.read_exact(&mut got).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (cpu_seconds() - cpu, start.elapsed().as_secs_f64())
+}
+
+/// CPU seconds for `n` handshakes, one after another, each closed after one exchange.
+async fn handshakes(
+    addr: std::net::SocketAddr,
+    connector: &tokio_rustls::TlsConnector,
+    n: usize,
+) -> f64 {
+    let cpu = cpu_seconds();
+    for _ in 0..n {
+        let mut c = connect(addr, connector).await;
+        c.write_all(&[b'r'; REQUEST]).await.unwrap();
+        let mut got = [0u8; ANSWER];
+        c.read_exact(&mut got).await.unwrap();
+    }
+    cpu_seconds() - cpu
+}
+
+fn arg(args: &[String], name: &str, default: usize) -> usize {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let clients = arg(&args, "--clients", 32);
+    let per_client = arg(&args, "--exchanges", 2_000);
+    let rounds = arg(&args, "--rounds", 5);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let (config, connector) = configs();
+        let mut addrs = Vec::new();
+        for server in [Server::Gateway, Server::TokioRustls] {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            addrs.push((server, listener.local_addr().unwrap()));
+            serve(listener, server, config.clone());
+        }
+        // Warm-up: both paths, allocator and caches.
+        for (_, addr) in &addrs {
+            exchanges(*addr, &connector, clients, per_client / 10 + 1).await;
+        }
+        println!(
+            "{clients} clients × {per_client} exchanges ({REQUEST} B request, {ANSWER} B answer), \
+             {rounds} alternated rounds; CPU is the whole process's (clients included)"
+        );
+        println!("round  server           µs CPU/exchange  exchanges/s");
+        let mut per = [Vec::new(), Vec::new()];
+        for round in 1..=rounds {
+            for (i, (server, addr)) in addrs.iter().enumerate() {
+                let (cpu, wall) = exchanges(*addr, &connector, clients, per_client).await;
+                let n = (clients * per_client) as f64;
+                per[i].push(cpu / n * 1e6);
+                println!(
+                    "{round:>5}  {:<15}  {:>15.2}  {:>11.0}",
+                    server.label(),
+                    cpu / n * 1e6,
+                    n / wall
+                );
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (g, t) = (median(&mut per[0]), median(&mut per[1]));
+        println!(
+            "median µs CPU per exchange: gateway stream {g:.2}, tokio-rustls {t:.2} (ratio {:.3})",
+            g / t
+        );
+        let n = 1_000;
+        let mut hs = [Vec::new(), Vec::new()];
+        for _ in 0..rounds {
+            for (i, (_, addr)) in addrs.iter().enumerate() {
+                hs[i].push(handshakes(*addr, &connector, n).await / n as f64 * 1e6);
+            }
+        }
+        let (g, t) = (median(&mut hs[0]), median(&mut hs[1]));
+        println!(
+            "median µs CPU per handshake (both sides, {n} per round): gateway stream {g:.0}, \
+             tokio-rustls {t:.0} (ratio {:.3})",
+            g / t
+        );
+    });
+}

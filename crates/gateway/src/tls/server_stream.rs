@@ -1,0 +1,729 @@
+//! A server's TLS stream over rustls's unbuffered connection, so that the gateway holds the
+//! buffers and a quiet connection holds none.
+//!
+//! rustls's buffered connection (what tokio-rustls wraps) reads into a buffer of its own that
+//! is never smaller than 4 KiB once the first byte has come, for as long as the connection
+//! lives. A front connection at rest would keep that buffer for nothing. Here the ciphertext
+//! waits in [`TlsStream`]'s own vectors, which are freed whenever they are emptied:
+//! - `incoming`: what was read and rustls could not yet use (part of a record, or a handshake
+//!   message split over records). It is allocated when the socket is readable, not before.
+//! - `plain`: decrypted bytes the reader had no room for.
+//! - `outgoing`: records encoded and not yet written.
+//!
+//! What stays for the connection's life is rustls's state and keys, and the socket.
+//!
+//! The ciphertext read and not yet used is bounded by what rustls allows a peer to send at
+//! once: one record (16 KiB and change), or a handshake message of up to 64 KiB in parts.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use rustls::ServerConfig;
+use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
+use rustls::unbuffered::{
+    ConnectionState, EncodeError, EncryptError, InsufficientSizeError, UnbufferedStatus,
+    WriteTraffic,
+};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// What one read from the socket may take at most (a whole record of the largest size fits).
+const READ_SIZE: usize = 17 * 1024;
+
+/// The ciphertext a peer may leave unusable at once: a handshake message of up to 64 KiB
+/// (rustls' own bound) in records, then the read that found it too long.
+const MAX_INCOMING: usize = 0x1_0000 + READ_SIZE;
+
+/// What one write encrypts at most; the rest is the caller's to write again.
+const MAX_WRITE: usize = 64 * 1024;
+
+/// Unsent ciphertext past which a write waits for the socket first.
+const MAX_OUTGOING: usize = 64 * 1024;
+
+/// The room records take beyond their payload: header, content type, tag and explicit nonce
+/// (TLS 1.2), with margin. For each started 16 KiB of payload.
+const RECORD_OVERHEAD: usize = 64;
+
+/// A server-side TLS connection over a TCP stream, its handshake done.
+pub struct TlsStream {
+    io: TcpStream,
+    conn: UnbufferedServerConnection,
+    /// Ciphertext read and not yet used by rustls.
+    incoming: Vec<u8>,
+    /// Decrypted bytes not yet read: `plain[plain_at..]`.
+    plain: Vec<u8>,
+    plain_at: usize,
+    /// Records encoded and not yet written: `outgoing[out_at..]`.
+    outgoing: Vec<u8>,
+    out_at: usize,
+    /// The peer has closed its side: a close_notify, or the end of the TCP stream.
+    read_closed: bool,
+    /// A close_notify is to be queued at the next chance (shutdown asked for it).
+    close_wanted: bool,
+    /// A close_notify has been queued; nothing more may be written.
+    close_sent: bool,
+    /// rustls reported a failure: the connection is done.
+    failed: bool,
+}
+
+/// A rustls error as the I/O error a stream reports.
+fn tls_error(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// Grows `out` by `need` bytes of room and hands it to `fill`, keeping what `fill` wrote.
+/// When the room was too small, `fill` says how much it needs and is asked once more.
+fn append_with<E>(
+    out: &mut Vec<u8>,
+    mut need: usize,
+    mut fill: impl FnMut(&mut [u8]) -> Result<usize, E>,
+    too_small: impl Fn(&E) -> Option<usize>,
+) -> Result<(), E> {
+    let start = out.len();
+    loop {
+        out.resize(start + need, 0);
+        match fill(&mut out[start..]) {
+            Ok(n) => {
+                out.truncate(start + n);
+                return Ok(());
+            }
+            Err(e) => {
+                out.truncate(start);
+                match too_small(&e) {
+                    Some(required) if required > need => need = required,
+                    _ => return Err(e),
+                }
+            }
+        }
+    }
+}
+
+/// Encrypts `data` as application data at the end of `out`.
+fn encrypt_into(
+    traffic: &mut WriteTraffic<'_, ServerConnectionData>,
+    data: &[u8],
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
+    let records = data.len().div_ceil(16 * 1024).max(1);
+    append_with(
+        out,
+        data.len() + records * RECORD_OVERHEAD,
+        |room| traffic.encrypt(data, room),
+        |e| match e {
+            EncryptError::InsufficientSize(InsufficientSizeError { required_size }) => {
+                Some(*required_size)
+            }
+            _ => None,
+        },
+    )
+    .map_err(|e| io::Error::other(e.to_string()))
+}
+
+impl TlsStream {
+    /// Runs the server's side of a handshake on `io`. The caller bounds it in time.
+    pub async fn accept(io: TcpStream, config: Arc<ServerConfig>) -> io::Result<TlsStream> {
+        let conn = UnbufferedServerConnection::new(config).map_err(tls_error)?;
+        let mut s = TlsStream {
+            io,
+            conn,
+            incoming: Vec::new(),
+            plain: Vec::new(),
+            plain_at: 0,
+            outgoing: Vec::new(),
+            out_at: 0,
+            read_closed: false,
+            close_wanted: false,
+            close_sent: false,
+            failed: false,
+        };
+        loop {
+            let turned = s.turn(None, None);
+            // What rustls asked to send goes first, an alert for a failure included.
+            std::future::poll_fn(|cx| s.poll_send(cx)).await?;
+            turned?;
+            if !s.conn.is_handshaking() {
+                return Ok(s);
+            }
+            if s.read_closed {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the peer closed during the TLS handshake",
+                ));
+            }
+            let n = std::future::poll_fn(|cx| s.poll_fill(cx)).await?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the peer closed during the TLS handshake",
+                ));
+            }
+        }
+    }
+
+    /// The certificates the client presented (client authentication only).
+    pub fn peer_certificates(&self) -> Option<&[rustls_pki_types::CertificateDer<'static>]> {
+        self.conn.peer_certificates()
+    }
+
+    /// The protocol agreed by ALPN, if any.
+    pub fn alpn_protocol(&self) -> Option<&[u8]> {
+        self.conn.alpn_protocol()
+    }
+
+    /// How many bytes the stream holds in buffers of its own (not rustls's): none once it has
+    /// nothing waiting in either direction.
+    pub fn buffered_capacity(&self) -> usize {
+        self.incoming.capacity() + self.plain.capacity() + self.outgoing.capacity()
+    }
+
+    /// Gives rustls the ciphertext read so far, until it needs more: decrypted data goes to
+    /// `read` (as much as fits) and then to `plain`; records to send go to `outgoing`; `write`,
+    /// when given, is encrypted once rustls allows it. Returns whether `write` was encrypted.
+    /// What rustls used is dropped from `incoming`, and `incoming` is freed once empty.
+    fn turn(
+        &mut self,
+        mut read: Option<&mut ReadBuf<'_>>,
+        write: Option<&[u8]>,
+    ) -> io::Result<bool> {
+        if self.failed {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the TLS connection has failed",
+            ));
+        }
+        let mut write = write;
+        let mut wrote = false;
+        let mut used = 0;
+        let result = 'turns: loop {
+            let UnbufferedStatus { discard, state } =
+                self.conn.process_tls_records(&mut self.incoming[used..]);
+            let state = match state {
+                Ok(state) => state,
+                Err(e) => {
+                    used += discard;
+                    break Err(tls_error(e));
+                }
+            };
+            let stop = match state {
+                ConnectionState::ReadTraffic(mut traffic) => {
+                    while let Some(record) = traffic.next_record() {
+                        let record = match record {
+                            Ok(r) => r,
+                            Err(e) => break 'turns Err(tls_error(e)),
+                        };
+                        let payload = record.payload;
+                        let mut rest = payload;
+                        if let Some(buf) = read.as_deref_mut()
+                            && self.plain_at == self.plain.len()
+                        {
+                            let n = buf.remaining().min(rest.len());
+                            buf.put_slice(&rest[..n]);
+                            rest = &rest[n..];
+                        }
+                        self.plain.extend_from_slice(rest);
+                        used += record.discard;
+                    }
+                    false
+                }
+                ConnectionState::EncodeTlsData(mut encode) => {
+                    let encoded = append_with(
+                        &mut self.outgoing,
+                        1024,
+                        |room| encode.encode(room),
+                        |e| match e {
+                            EncodeError::InsufficientSize(InsufficientSizeError {
+                                required_size,
+                            }) => Some(*required_size),
+                            EncodeError::AlreadyEncoded => None,
+                        },
+                    );
+                    if let Err(e) = encoded {
+                        break Err(io::Error::other(e.to_string()));
+                    }
+                    false
+                }
+                ConnectionState::TransmitTlsData(mut transmit) => {
+                    // The encoded records are in `outgoing` now; sending them is this
+                    // stream's, in order, before anything encrypted after them.
+                    if let Some(data) = write
+                        && let Some(mut traffic) = transmit.may_encrypt_app_data()
+                    {
+                        if let Err(e) = encrypt_into(&mut traffic, data, &mut self.outgoing) {
+                            break Err(e);
+                        }
+                        write = None;
+                        wrote = true;
+                    }
+                    transmit.done();
+                    false
+                }
+                ConnectionState::WriteTraffic(mut traffic) => {
+                    if let Some(data) = write.take() {
+                        if let Err(e) = encrypt_into(&mut traffic, data, &mut self.outgoing) {
+                            break Err(e);
+                        }
+                        wrote = true;
+                    }
+                    if self.close_wanted && !self.close_sent {
+                        let queued = append_with(
+                            &mut self.outgoing,
+                            64,
+                            |room| traffic.queue_close_notify(room),
+                            |e| match e {
+                                EncryptError::InsufficientSize(InsufficientSizeError {
+                                    required_size,
+                                }) => Some(*required_size),
+                                _ => None,
+                            },
+                        );
+                        if let Err(e) = queued {
+                            break Err(io::Error::other(e.to_string()));
+                        }
+                        self.close_sent = true;
+                    }
+                    true
+                }
+                ConnectionState::PeerClosed => {
+                    self.read_closed = true;
+                    false
+                }
+                ConnectionState::Closed => {
+                    self.read_closed = true;
+                    true
+                }
+                ConnectionState::BlockedHandshake => true,
+                // Early data is not enabled (the configuration leaves it off).
+                _ => {
+                    break Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "unexpected TLS state",
+                    ));
+                }
+            };
+            used += discard;
+            if stop {
+                break Ok(wrote);
+            }
+        };
+        self.incoming.drain(..used);
+        if self.incoming.is_empty() {
+            self.incoming = Vec::new();
+        }
+        if self.plain_at == self.plain.len() {
+            self.plain = Vec::new();
+            self.plain_at = 0;
+        }
+        if result.is_err() {
+            self.failed = true;
+            self.queue_alert();
+        }
+        result
+    }
+
+    /// After a failure, encodes the alert rustls queued for the peer, so that it can be sent
+    /// before the connection closes. Called once: rustls is not asked again after a failure
+    /// (it would read the same bytes again and fail a second time).
+    fn queue_alert(&mut self) {
+        // The unused ciphertext is given again: rustls keeps its place in it (a handshake
+        // message in parts) and would read past the end of a shorter buffer.
+        let UnbufferedStatus { state, .. } = self.conn.process_tls_records(&mut self.incoming[..]);
+        if let Ok(ConnectionState::EncodeTlsData(mut encode)) = state {
+            let _ = append_with(
+                &mut self.outgoing,
+                64,
+                |room| encode.encode(room),
+                |e| match e {
+                    EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => {
+                        Some(*required_size)
+                    }
+                    EncodeError::AlreadyEncoded => None,
+                },
+            );
+        }
+    }
+
+    /// Copies what waits in `plain` into `buf`; whether anything was copied.
+    fn take_plain(&mut self, buf: &mut ReadBuf<'_>) -> bool {
+        let waiting = &self.plain[self.plain_at..];
+        if waiting.is_empty() || buf.remaining() == 0 {
+            return false;
+        }
+        let n = waiting.len().min(buf.remaining());
+        buf.put_slice(&waiting[..n]);
+        self.plain_at += n;
+        if self.plain_at == self.plain.len() {
+            self.plain = Vec::new();
+            self.plain_at = 0;
+        }
+        true
+    }
+
+    /// Reads what the socket has into `incoming`, without holding a buffer while it waits.
+    /// `Ok(0)`: the end of the stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.incoming.len() >= MAX_INCOMING {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a TLS message larger than the peer may send",
+            )));
+        }
+        loop {
+            ready!(self.io.poll_read_ready(cx))?;
+            if self.incoming.capacity() - self.incoming.len() < READ_SIZE / 4 {
+                self.incoming.reserve(READ_SIZE);
+            }
+            match self.io.try_read_buf(&mut self.incoming) {
+                Ok(n) => return Poll::Ready(Ok(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.incoming.is_empty() {
+                        self.incoming = Vec::new();
+                    }
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    /// Writes `outgoing` to the socket; ready once all of it is written (and then freed).
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.out_at < self.outgoing.len() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.outgoing[self.out_at..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.out_at += n;
+        }
+        self.outgoing = Vec::new();
+        self.out_at = 0;
+        Poll::Ready(Ok(()))
+    }
+
+    /// Sends what waits without waiting for the socket: a failure is reported, a full socket is
+    /// not (the next write or flush sends the rest; its waker is registered).
+    fn send_what_fits(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        match self.poll_send(cx) {
+            Poll::Ready(Err(e)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl AsyncRead for TlsStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.take_plain(buf) || buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            if this.read_closed {
+                return Poll::Ready(Ok(()));
+            }
+            let n = ready!(this.poll_fill(cx))?;
+            if n == 0 {
+                this.read_closed = true;
+                if !this.incoming.is_empty() {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the peer closed in the middle of a TLS record",
+                    )));
+                }
+                return Poll::Ready(Ok(()));
+            }
+            let before = buf.filled().len();
+            let turned = this.turn(Some(buf), None);
+            // A reply rustls owes the peer (a key update, or the alert for a failure) goes out
+            // now, or with the next write if the socket cannot take it now.
+            let sent = this.send_what_fits(cx);
+            turned?;
+            sent?;
+            if buf.filled().len() > before {
+                return Poll::Ready(Ok(()));
+            }
+        }
+    }
+}
+
+impl AsyncWrite for TlsStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.outgoing.len() - this.out_at >= MAX_OUTGOING {
+            ready!(this.poll_send(cx))?;
+        }
+        if this.close_sent || this.close_wanted {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let data = &buf[..buf.len().min(MAX_WRITE)];
+        let turned = this.turn(None, Some(data));
+        if turned.is_err() {
+            let _ = this.send_what_fits(cx);
+        }
+        if !turned? {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "TLS connection not ready for data",
+            )));
+        }
+        this.send_what_fits(cx)?;
+        Poll::Ready(Ok(data.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.close_sent {
+            this.close_wanted = true;
+            this.turn(None, None)?;
+        }
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A self-signed certificate for `localhost`: its DER and its key's.
+    fn self_signed() -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        (
+            cert.der().clone(),
+            PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
+        )
+    }
+
+    fn server_config(
+        cert: &CertificateDer<'static>,
+        key: &PrivateKeyDer<'static>,
+    ) -> Arc<ServerConfig> {
+        let mut cfg = ServerConfig::builder_with_provider(crate::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.clone()], key.clone_key())
+            .unwrap();
+        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Arc::new(cfg)
+    }
+
+    fn connector(
+        cert: &CertificateDer<'static>,
+        version: &'static rustls::SupportedProtocolVersion,
+        alpn: &[u8],
+    ) -> tokio_rustls::TlsConnector {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.clone()).unwrap();
+        let mut cfg = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+            .with_protocol_versions(&[version])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        cfg.alpn_protocols = vec![alpn.to_vec()];
+        tokio_rustls::TlsConnector::from(Arc::new(cfg))
+    }
+
+    /// A listener on loopback, the server stream its next connection makes, and a client
+    /// connected to it over `version`.
+    async fn pair(
+        version: &'static rustls::SupportedProtocolVersion,
+        alpn: &[u8],
+    ) -> (TlsStream, tokio_rustls::client::TlsStream<TcpStream>) {
+        let (cert, key) = self_signed();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = server_config(&cert, &key);
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            TlsStream::accept(tcp, config).await
+        });
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let client = connector(&cert, version, alpn)
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .expect("client handshake");
+        let server = server.await.unwrap().expect("server handshake");
+        (server, client)
+    }
+
+    /// A megabyte each way, sent by the client and echoed by the server as it comes, then a
+    /// close from each side: on both TLS versions the gateway serves.
+    #[tokio::test]
+    async fn a_megabyte_goes_each_way_and_each_side_closes_cleanly_over_tls13_and_tls12() {
+        for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+            let (mut server, client) = pair(version, b"http/1.1").await;
+            let sent: Vec<u8> = (0..1_000_003u32).map(|i| (i % 251) as u8).collect();
+            let echo = tokio::spawn(async move {
+                let mut chunk = vec![0u8; 7_000];
+                let mut total = 0;
+                loop {
+                    let n = server.read(&mut chunk).await.expect("server read");
+                    if n == 0 {
+                        break;
+                    }
+                    total += n;
+                    server.write_all(&chunk[..n]).await.expect("server write");
+                }
+                server.shutdown().await.expect("server shutdown");
+                (total, server.buffered_capacity())
+            });
+            let (mut rd, mut wr) = tokio::io::split(client);
+            let to_send = sent.clone();
+            let writer = tokio::spawn(async move {
+                wr.write_all(&to_send).await.unwrap();
+                wr.shutdown().await.unwrap();
+            });
+            // A clean end: tokio-rustls reports a close without close_notify as an error.
+            let mut got = Vec::new();
+            tokio::time::timeout(Duration::from_secs(30), rd.read_to_end(&mut got))
+                .await
+                .expect("the echo ended in time")
+                .unwrap_or_else(|e| panic!("{version:?}: the client's read ended with {e}"));
+            writer.await.unwrap();
+            let (total, held) = echo.await.unwrap();
+            assert_eq!(total, sent.len(), "{version:?}");
+            assert!(
+                got == sent,
+                "{version:?}: the echo differs from what was sent"
+            );
+            assert_eq!(held, 0, "{version:?}: buffers kept after the exchange");
+        }
+    }
+
+    /// A stream waiting for its peer holds no buffer of its own, after a request and its answer
+    /// (rustls's own connection kept a 4 KiB read buffer for the connection's life).
+    #[tokio::test]
+    async fn a_stream_waiting_for_its_peer_holds_no_buffer() {
+        let (mut server, mut client) = pair(&rustls::version::TLS13, b"h2").await;
+        assert_eq!(server.alpn_protocol(), Some(&b"h2"[..]));
+        assert!(server.peer_certificates().is_none());
+        client.write_all(&[7u8; 20_000]).await.unwrap();
+        client.flush().await.unwrap();
+        let mut got = vec![0u8; 20_000];
+        server.read_exact(&mut got).await.unwrap();
+        assert!(got.iter().all(|b| *b == 7));
+        server.write_all(b"answer").await.unwrap();
+        server.flush().await.unwrap();
+        let mut answer = [0u8; 6];
+        client.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"answer");
+        let mut buf = [0u8; 64];
+        let waited = tokio::time::timeout(Duration::from_millis(100), server.read(&mut buf)).await;
+        assert!(waited.is_err(), "nothing was sent: {waited:?}");
+        assert_eq!(server.buffered_capacity(), 0);
+        // And still served after the wait.
+        client.write_all(b"more").await.unwrap();
+        client.flush().await.unwrap();
+        let n = server.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"more");
+    }
+
+    /// A client that updates its keys (and asks the server to update its own) is read across
+    /// the update, and reads what the server writes after it: the server's own key update
+    /// must reach the client before that data.
+    #[tokio::test]
+    async fn data_flows_both_ways_across_a_key_update() {
+        let (mut server, mut client) = pair(&rustls::version::TLS13, b"http/1.1").await;
+        for round in 0..3u8 {
+            client.get_mut().1.refresh_traffic_keys().unwrap();
+            client.write_all(&[round; 3_000]).await.unwrap();
+            client.flush().await.unwrap();
+            let mut got = vec![0u8; 3_000];
+            server.read_exact(&mut got).await.unwrap();
+            assert!(got.iter().all(|b| *b == round), "round {round}");
+            server.write_all(&[round + 100; 5_000]).await.unwrap();
+            server.flush().await.unwrap();
+            let mut back = vec![0u8; 5_000];
+            tokio::time::timeout(Duration::from_secs(10), client.read_exact(&mut back))
+                .await
+                .expect("the answer came")
+                .unwrap();
+            assert!(back.iter().all(|b| *b == round + 100), "round {round}");
+        }
+    }
+
+    /// Plain HTTP sent to the TLS listener fails the handshake at once.
+    #[tokio::test]
+    async fn plain_http_fails_the_handshake() {
+        let (cert, key) = self_signed();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = server_config(&cert, &key);
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            TlsStream::accept(tcp, config).await.map(|_| ())
+        });
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let res = tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("the handshake failed in time")
+            .unwrap();
+        assert_eq!(res.unwrap_err().kind(), io::ErrorKind::InvalidData);
+    }
+
+    /// A handshake message that claims more than a peer may send is refused before the
+    /// server has kept more than its bound of it: the client is cut off long before it has
+    /// sent all it meant to.
+    #[tokio::test]
+    async fn an_endless_handshake_message_is_cut_off_within_the_bound() {
+        let (cert, key) = self_signed();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = server_config(&cert, &key);
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            TlsStream::accept(tcp, config).await.map(|_| ())
+        });
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        // A ClientHello whose header claims 16 MiB, then handshake records of 16 KiB.
+        let mut first = vec![0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0xff, 0xff, 0xff];
+        first.resize(5 + 0x4000, 0);
+        let mut record = vec![0x16, 0x03, 0x01, 0x40, 0x00];
+        record.resize(5 + 0x4000, 0);
+        // 10 MiB: more than the loopback socket's buffers hold, so that a server that kept
+        // reading would take it all, and a server that refused closes the socket under it.
+        let mut sent = 0usize;
+        let mut cut_off = false;
+        for i in 0..640 {
+            let chunk = if i == 0 { &first } else { &record };
+            if tcp.write_all(chunk).await.is_err() {
+                cut_off = true;
+                break;
+            }
+            sent += chunk.len();
+        }
+        let res = tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("the handshake failed in time")
+            .unwrap();
+        let err = res.expect_err("a 16 MiB ClientHello was accepted");
+        eprintln!("refused with: {err}; the client sent {sent} bytes before the cut");
+        assert!(cut_off, "the server took all {sent} bytes");
+    }
+}
