@@ -330,6 +330,74 @@ async fn a_tls_connection_rests_and_serves_its_next_request() {
     legacy.shutdown().await;
 }
 
+/// HTTP/2 over TLS (ALPN `h2`): calls sent at once on one connection are each answered, with
+/// bodies larger than a TLS record both ways, and the connection serves again after a pause.
+#[tokio::test]
+async fn http2_over_tls_serves_concurrent_calls_on_one_connection() {
+    let legacy = LegacyServer::start(
+        LegacyServerConfig::default(),
+        super::with_echo(Handlers::new()),
+    )
+    .await
+    .unwrap();
+    let (_gw, running, ca, _dir) = crate::support::tls::tls_gateway(&legacy.url(), "").await;
+    let stream = crate::support::tls::connect_alpn(running.addr, &ca.pem(), None, b"h2")
+        .await
+        .unwrap();
+    let (client, conn) = h2::client::handshake(stream).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    let call = |client: h2::client::SendRequest<bytes::Bytes>, id: u64, text: String| async move {
+        let call = json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": ModernClient::new("https://localhost/").params_with_meta(json!({"name": "echo", "arguments": {"text": text}})),
+        });
+        let body = serde_json::to_vec(&call).unwrap();
+        let mut req = http::Request::post("https://localhost/mcp")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("content-length", body.len().to_string());
+        for (name, value) in ModernClient::routing_headers(&call) {
+            req = req.header(name.expect("one value per header"), value);
+        }
+        let mut client = client.ready().await.unwrap();
+        let (resp, mut send) = client
+            .send_request(req.body(()).unwrap(), false)
+            .expect("stream opens");
+        send.send_data(bytes::Bytes::from(body), true).unwrap();
+        let resp = resp.await.expect("a response");
+        let status = resp.status();
+        let mut body = resp.into_body();
+        let mut got = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            got.extend_from_slice(&chunk);
+        }
+        (status, String::from_utf8_lossy(&got).into_owned(), text)
+    };
+    for round in 0..2u64 {
+        let calls: Vec<_> = (0..8u64)
+            .map(|i| {
+                // 20 KB of text: more than one TLS record each way.
+                let text = format!("{round}-{i}-{}", "x".repeat(20_000));
+                tokio::spawn(call(client.clone(), round * 100 + i, text))
+            })
+            .collect();
+        for c in calls {
+            let (status, got, text) = c.await.unwrap();
+            assert_eq!(status, 200, "{got}");
+            assert!(
+                got.contains(&format!("\"text\":\"{text}\"")),
+                "the echo of {} bytes came back whole",
+                text.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    running.stop().await;
+    legacy.shutdown().await;
+}
+
 /// Reads from `s` until it ends: `true` when the gateway closed it within 5 s (well before the
 /// listener's 10 s drain deadline; past that deadline nothing would close it but its idle
 /// timeout).

@@ -67,6 +67,16 @@ pub async fn connect(
     ca_pem: &str,
     client: Option<&Leaf>,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+    connect_alpn(addr, ca_pem, client, b"http/1.1").await
+}
+
+/// [`connect`], offering `alpn` alone.
+pub async fn connect_alpn(
+    addr: SocketAddr,
+    ca_pem: &str,
+    client: Option<&Leaf>,
+    alpn: &[u8],
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
@@ -87,7 +97,7 @@ pub async fn connect(
         }
         None => builder.with_no_client_auth(),
     };
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    cfg.alpn_protocols = vec![alpn.to_vec()];
     let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
     let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     connector

@@ -665,6 +665,79 @@ mod tests {
         }
     }
 
+    /// The handshake and the data that follows, trickled to the server a few bytes at a time
+    /// (each piece its own TCP segment), arrive whole: every read finds part of a record, or
+    /// part of a handshake message, and what rustls has not used must be kept in order.
+    #[tokio::test]
+    async fn a_client_trickled_a_few_bytes_at_a_time_is_read_whole() {
+        let (cert, key) = self_signed();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = server_config(&cert, &key);
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut s = TlsStream::accept(tcp, config)
+                .await
+                .expect("server handshake");
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.expect("server read");
+            s.write_all(&(got.len() as u64).to_be_bytes())
+                .await
+                .unwrap();
+            s.shutdown().await.unwrap();
+            got
+        });
+        // A relay between the client and the server that passes the client's bytes on in
+        // pieces of 1 to 13 bytes, and the server's as they come.
+        let relay = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let relay_addr = relay.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (from_client, _) = relay.accept().await.unwrap();
+            let to_server = TcpStream::connect(addr).await.unwrap();
+            to_server.set_nodelay(true).unwrap();
+            let (mut client_rd, mut client_wr) = from_client.into_split();
+            let (mut server_rd, mut server_wr) = to_server.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut server_rd, &mut client_wr).await;
+                let _ = client_wr.shutdown().await;
+            });
+            let mut buf = [0u8; 4096];
+            let mut piece = 1usize;
+            loop {
+                let n = client_rd.read(&mut buf).await.unwrap_or(0);
+                if n == 0 {
+                    let _ = server_wr.shutdown().await;
+                    return;
+                }
+                for part in buf[..n].chunks(piece) {
+                    server_wr.write_all(part).await.unwrap();
+                    piece = piece % 13 + 1;
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        let tcp = TcpStream::connect(relay_addr).await.unwrap();
+        let mut client = connector(&cert, &rustls::version::TLS13, b"http/1.1")
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .expect("client handshake through the relay");
+        let sent: Vec<u8> = (0..40_000u32).map(|i| (i % 253) as u8).collect();
+        client.write_all(&sent).await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut count = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), client.read_to_end(&mut count))
+            .await
+            .expect("the server answered in time")
+            .unwrap();
+        assert_eq!(count, (sent.len() as u64).to_be_bytes());
+        let got = server.await.unwrap();
+        assert!(
+            got == sent,
+            "the server read {} bytes, not what was sent",
+            got.len()
+        );
+    }
+
     /// Plain HTTP sent to the TLS listener fails the handshake at once.
     #[tokio::test]
     async fn plain_http_fails_the_handshake() {
