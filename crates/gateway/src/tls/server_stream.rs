@@ -29,11 +29,16 @@ use rustls::unbuffered::{
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-/// What one read from the socket may take at most (a whole record of the largest size fits).
-const READ_SIZE: usize = 17 * 1024;
+/// What a read into an empty buffer may take: a record of the largest size rustls accepts
+/// (18,436 bytes with its header) fits whole.
+const READ_SIZE: usize = 20 * 1024;
+
+/// What a read past part of a record adds at least, so that a record that came in parts
+/// grows its buffer by steps this size, not by doubling.
+const MORE_READ: usize = 4 * 1024;
 
 /// The ciphertext a peer may leave unusable at once: a handshake message of up to 64 KiB
-/// (rustls' own bound) in records, then the read that found it too long.
+/// (rustls' own bound) in records, and the record it ends in.
 const MAX_INCOMING: usize = 0x1_0000 + READ_SIZE;
 
 /// What one write encrypts at most; the rest is the caller's to write again.
@@ -371,8 +376,13 @@ impl TlsStream {
         }
         loop {
             ready!(self.io.poll_read_ready(cx))?;
-            if self.incoming.capacity() - self.incoming.len() < READ_SIZE / 4 {
-                self.incoming.reserve(READ_SIZE);
+            if self.incoming.capacity() - self.incoming.len() < MORE_READ {
+                let room = if self.incoming.is_empty() {
+                    READ_SIZE
+                } else {
+                    MORE_READ
+                };
+                self.incoming.reserve_exact(room);
             }
             match self.io.try_read_buf(&mut self.incoming) {
                 Ok(n) => return Poll::Ready(Ok(n)),
@@ -639,6 +649,34 @@ mod tests {
         client.flush().await.unwrap();
         let n = server.read(&mut buf).await.unwrap();
         assert_eq!(&buf[..n], b"more");
+    }
+
+    /// A record sent in part holds the server's buffer at about the record's size while the
+    /// rest is awaited, not at twice it (a buffer that grows by doubling).
+    #[tokio::test]
+    async fn a_record_sent_in_part_holds_about_its_own_size() {
+        let (mut server, mut client) = pair(&rustls::version::TLS13, b"http/1.1").await;
+        // Beneath the client's TLS: a record header for the largest record a peer may send,
+        // then all of it but its last byte, in pieces.
+        let tcp = &mut client.get_mut().0;
+        tcp.write_all(&[0x17, 0x03, 0x03, 0x47, 0xff])
+            .await
+            .unwrap();
+        for piece in 0..9 {
+            let len = if piece == 8 { 2046 } else { 2048 };
+            tcp.write_all(&[0u8; 2048][..len]).await.unwrap();
+            tcp.flush().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let mut buf = [0u8; 64];
+            let waited =
+                tokio::time::timeout(Duration::from_millis(20), server.read(&mut buf)).await;
+            assert!(waited.is_err(), "part of a record is not data: {waited:?}");
+        }
+        let held = server.buffered_capacity();
+        assert!(
+            (18_435..=READ_SIZE + MORE_READ).contains(&held),
+            "{held} bytes held for 18,435 bytes of a record"
+        );
     }
 
     /// A client that updates its keys (and asks the server to update its own) is read across
