@@ -13,7 +13,7 @@
 //! What stays for the connection's life is rustls's state and keys, and the socket.
 //!
 //! The ciphertext read and not yet used is bounded by what rustls allows a peer to send at
-//! once: one record (16 KiB and change), or a handshake message of up to 64 KiB in parts.
+//! once: one record (18 KiB at most), or a handshake message of up to 64 KiB in parts.
 
 use std::io;
 use std::pin::Pin;
@@ -23,8 +23,8 @@ use std::task::{Context, Poll, ready};
 use rustls::ServerConfig;
 use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
 use rustls::unbuffered::{
-    ConnectionState, EncodeError, EncryptError, InsufficientSizeError, UnbufferedStatus,
-    WriteTraffic,
+    ConnectionState, EncodeError, EncodeTlsData, EncryptError, InsufficientSizeError,
+    UnbufferedStatus, WriteTraffic,
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -105,6 +105,16 @@ fn append_with<E>(
     }
 }
 
+/// The room `e` asks for, when it failed for want of room.
+fn encrypt_room(e: &EncryptError) -> Option<usize> {
+    match e {
+        EncryptError::InsufficientSize(InsufficientSizeError { required_size }) => {
+            Some(*required_size)
+        }
+        _ => None,
+    }
+}
+
 /// Encrypts `data` as application data at the end of `out`.
 fn encrypt_into(
     traffic: &mut WriteTraffic<'_, ServerConnectionData>,
@@ -116,11 +126,39 @@ fn encrypt_into(
         out,
         data.len() + records * RECORD_OVERHEAD,
         |room| traffic.encrypt(data, room),
+        encrypt_room,
+    )
+    .map_err(|e| io::Error::other(e.to_string()))
+}
+
+/// Encrypts a close_notify alert at the end of `out`.
+fn close_notify_into(
+    traffic: &mut WriteTraffic<'_, ServerConnectionData>,
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
+    append_with(
+        out,
+        64,
+        |room| traffic.queue_close_notify(room),
+        encrypt_room,
+    )
+    .map_err(|e| io::Error::other(e.to_string()))
+}
+
+/// Encodes the record rustls asks to send (a handshake message, an alert) at the end of `out`.
+fn encode_into(
+    encode: &mut EncodeTlsData<'_, ServerConnectionData>,
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
+    append_with(
+        out,
+        1024,
+        |room| encode.encode(room),
         |e| match e {
-            EncryptError::InsufficientSize(InsufficientSizeError { required_size }) => {
+            EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => {
                 Some(*required_size)
             }
-            _ => None,
+            EncodeError::AlreadyEncoded => None,
         },
     )
     .map_err(|e| io::Error::other(e.to_string()))
@@ -233,19 +271,8 @@ impl TlsStream {
                     false
                 }
                 ConnectionState::EncodeTlsData(mut encode) => {
-                    let encoded = append_with(
-                        &mut self.outgoing,
-                        1024,
-                        |room| encode.encode(room),
-                        |e| match e {
-                            EncodeError::InsufficientSize(InsufficientSizeError {
-                                required_size,
-                            }) => Some(*required_size),
-                            EncodeError::AlreadyEncoded => None,
-                        },
-                    );
-                    if let Err(e) = encoded {
-                        break Err(io::Error::other(e.to_string()));
+                    if let Err(e) = encode_into(&mut encode, &mut self.outgoing) {
+                        break Err(e);
                     }
                     false
                 }
@@ -272,19 +299,8 @@ impl TlsStream {
                         wrote = true;
                     }
                     if self.close_wanted && !self.close_sent {
-                        let queued = append_with(
-                            &mut self.outgoing,
-                            64,
-                            |room| traffic.queue_close_notify(room),
-                            |e| match e {
-                                EncryptError::InsufficientSize(InsufficientSizeError {
-                                    required_size,
-                                }) => Some(*required_size),
-                                _ => None,
-                            },
-                        );
-                        if let Err(e) = queued {
-                            break Err(io::Error::other(e.to_string()));
+                        if let Err(e) = close_notify_into(&mut traffic, &mut self.outgoing) {
+                            break Err(e);
                         }
                         self.close_sent = true;
                     }
@@ -335,17 +351,7 @@ impl TlsStream {
         // message in parts) and would read past the end of a shorter buffer.
         let UnbufferedStatus { state, .. } = self.conn.process_tls_records(&mut self.incoming[..]);
         if let Ok(ConnectionState::EncodeTlsData(mut encode)) = state {
-            let _ = append_with(
-                &mut self.outgoing,
-                64,
-                |room| encode.encode(room),
-                |e| match e {
-                    EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => {
-                        Some(*required_size)
-                    }
-                    EncodeError::AlreadyEncoded => None,
-                },
-            );
+            let _ = encode_into(&mut encode, &mut self.outgoing);
         }
     }
 
@@ -374,26 +380,24 @@ impl TlsStream {
                 "a TLS message larger than the peer may send",
             )));
         }
-        loop {
-            ready!(self.io.poll_read_ready(cx))?;
-            if self.incoming.capacity() - self.incoming.len() < MORE_READ {
-                let room = if self.incoming.is_empty() {
-                    READ_SIZE
-                } else {
-                    MORE_READ
-                };
-                self.incoming.reserve_exact(room);
-            }
-            match self.io.try_read_buf(&mut self.incoming) {
-                Ok(n) => return Poll::Ready(Ok(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if self.incoming.is_empty() {
-                        self.incoming = Vec::new();
-                    }
-                }
-                Err(e) => return Poll::Ready(Err(e)),
-            }
+        // Readable first (no system call when the last read found the socket drained), and
+        // only then room to read into.
+        ready!(self.io.poll_read_ready(cx))?;
+        if self.incoming.capacity() - self.incoming.len() < MORE_READ {
+            let room = if self.incoming.is_empty() {
+                READ_SIZE
+            } else {
+                MORE_READ
+            };
+            self.incoming.reserve_exact(room);
         }
+        // Through `poll_read`, which takes a short read as the socket drained (the next read
+        // waits for readiness instead of finding nothing), as tokio-rustls's reads did.
+        let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.incoming);
+        if read.is_pending() && self.incoming.is_empty() {
+            self.incoming = Vec::new();
+        }
+        read
     }
 
     /// Writes `outgoing` to the socket; ready once all of it is written (and then freed).
