@@ -79,13 +79,14 @@ fn tls_error(e: rustls::Error) -> io::Error {
 }
 
 /// Grows `out` by `need` bytes of room and hands it to `fill`, keeping what `fill` wrote.
-/// When the room was too small, `fill` says how much it needs and is asked once more.
-fn append_with<E>(
+/// When the room was too small, `fill`'s error says how much it needs (`room_wanted`) and it is
+/// asked once more.
+fn append_with<E: std::fmt::Display>(
     out: &mut Vec<u8>,
     mut need: usize,
     mut fill: impl FnMut(&mut [u8]) -> Result<usize, E>,
-    too_small: impl Fn(&E) -> Option<usize>,
-) -> Result<(), E> {
+    room_wanted: impl Fn(&E) -> Option<usize>,
+) -> io::Result<()> {
     let start = out.len();
     loop {
         out.resize(start + need, 0);
@@ -96,16 +97,16 @@ fn append_with<E>(
             }
             Err(e) => {
                 out.truncate(start);
-                match too_small(&e) {
+                match room_wanted(&e) {
                     Some(required) if required > need => need = required,
-                    _ => return Err(e),
+                    _ => return Err(io::Error::other(e.to_string())),
                 }
             }
         }
     }
 }
 
-/// The room `e` asks for, when it failed for want of room.
+/// The room an encryption asks for, when it failed for want of room.
 fn encrypt_room(e: &EncryptError) -> Option<usize> {
     match e {
         EncryptError::InsufficientSize(InsufficientSizeError { required_size }) => {
@@ -122,27 +123,8 @@ fn encrypt_into(
     out: &mut Vec<u8>,
 ) -> io::Result<()> {
     let records = data.len().div_ceil(16 * 1024).max(1);
-    append_with(
-        out,
-        data.len() + records * RECORD_OVERHEAD,
-        |room| traffic.encrypt(data, room),
-        encrypt_room,
-    )
-    .map_err(|e| io::Error::other(e.to_string()))
-}
-
-/// Encrypts a close_notify alert at the end of `out`.
-fn close_notify_into(
-    traffic: &mut WriteTraffic<'_, ServerConnectionData>,
-    out: &mut Vec<u8>,
-) -> io::Result<()> {
-    append_with(
-        out,
-        64,
-        |room| traffic.queue_close_notify(room),
-        encrypt_room,
-    )
-    .map_err(|e| io::Error::other(e.to_string()))
+    let need = data.len() + records * RECORD_OVERHEAD;
+    append_with(out, need, |room| traffic.encrypt(data, room), encrypt_room)
 }
 
 /// Encodes the record rustls asks to send (a handshake message, an alert) at the end of `out`.
@@ -150,18 +132,13 @@ fn encode_into(
     encode: &mut EncodeTlsData<'_, ServerConnectionData>,
     out: &mut Vec<u8>,
 ) -> io::Result<()> {
-    append_with(
-        out,
-        1024,
-        |room| encode.encode(room),
-        |e| match e {
-            EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => {
-                Some(*required_size)
-            }
-            EncodeError::AlreadyEncoded => None,
-        },
-    )
-    .map_err(|e| io::Error::other(e.to_string()))
+    let room_wanted = |e: &EncodeError| match e {
+        EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => {
+            Some(*required_size)
+        }
+        EncodeError::AlreadyEncoded => None,
+    };
+    append_with(out, 1024, |room| encode.encode(room), room_wanted)
 }
 
 impl TlsStream {
@@ -299,7 +276,13 @@ impl TlsStream {
                         wrote = true;
                     }
                     if self.close_wanted && !self.close_sent {
-                        if let Err(e) = close_notify_into(&mut traffic, &mut self.outgoing) {
+                        let queued = append_with(
+                            &mut self.outgoing,
+                            64,
+                            |room| traffic.queue_close_notify(room),
+                            encrypt_room,
+                        );
+                        if let Err(e) = queued {
                             break Err(e);
                         }
                         self.close_sent = true;
@@ -560,20 +543,37 @@ mod tests {
         tokio_rustls::TlsConnector::from(Arc::new(cfg))
     }
 
+    /// A loopback listener with a fresh certificate whose first connection runs the server's
+    /// handshake and is handed to `serve`: its address, the certificate, and `serve`'s task.
+    async fn serve_one<T, F>(
+        serve: impl FnOnce(io::Result<TlsStream>) -> F + Send + 'static,
+    ) -> (
+        std::net::SocketAddr,
+        CertificateDer<'static>,
+        tokio::task::JoinHandle<T>,
+    )
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = T> + Send + 'static,
+    {
+        let (cert, key) = self_signed();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = server_config(&cert, &key);
+        let task = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            serve(TlsStream::accept(tcp, config).await).await
+        });
+        (addr, cert, task)
+    }
+
     /// A listener on loopback, the server stream its next connection makes, and a client
     /// connected to it over `version`.
     async fn pair(
         version: &'static rustls::SupportedProtocolVersion,
         alpn: &[u8],
     ) -> (TlsStream, tokio_rustls::client::TlsStream<TcpStream>) {
-        let (cert, key) = self_signed();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let config = server_config(&cert, &key);
-        let server = tokio::spawn(async move {
-            let (tcp, _) = listener.accept().await.unwrap();
-            TlsStream::accept(tcp, config).await
-        });
+        let (addr, cert, server) = serve_one(|accepted| async move { accepted }).await;
         let tcp = TcpStream::connect(addr).await.unwrap();
         let client = connector(&cert, version, alpn)
             .connect(ServerName::try_from("localhost").unwrap(), tcp)
@@ -712,15 +712,8 @@ mod tests {
     /// part of a handshake message, and what rustls has not used must be kept in order.
     #[tokio::test]
     async fn a_client_trickled_a_few_bytes_at_a_time_is_read_whole() {
-        let (cert, key) = self_signed();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let config = server_config(&cert, &key);
-        let server = tokio::spawn(async move {
-            let (tcp, _) = listener.accept().await.unwrap();
-            let mut s = TlsStream::accept(tcp, config)
-                .await
-                .expect("server handshake");
+        let (addr, cert, server) = serve_one(|accepted| async move {
+            let mut s = accepted.expect("server handshake");
             let mut got = Vec::new();
             s.read_to_end(&mut got).await.expect("server read");
             s.write_all(&(got.len() as u64).to_be_bytes())
@@ -728,7 +721,8 @@ mod tests {
                 .unwrap();
             s.shutdown().await.unwrap();
             got
-        });
+        })
+        .await;
         // A relay between the client and the server that passes the client's bytes on in
         // pieces of 1 to 13 bytes, and the server's as they come.
         let relay = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -783,14 +777,7 @@ mod tests {
     /// Plain HTTP sent to the TLS listener fails the handshake at once.
     #[tokio::test]
     async fn plain_http_fails_the_handshake() {
-        let (cert, key) = self_signed();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let config = server_config(&cert, &key);
-        let server = tokio::spawn(async move {
-            let (tcp, _) = listener.accept().await.unwrap();
-            TlsStream::accept(tcp, config).await.map(|_| ())
-        });
+        let (addr, _, server) = serve_one(|accepted| async move { accepted.map(|_| ()) }).await;
         let mut tcp = TcpStream::connect(addr).await.unwrap();
         tcp.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
             .await
@@ -807,14 +794,7 @@ mod tests {
     /// sent all it meant to.
     #[tokio::test]
     async fn an_endless_handshake_message_is_cut_off_within_the_bound() {
-        let (cert, key) = self_signed();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let config = server_config(&cert, &key);
-        let server = tokio::spawn(async move {
-            let (tcp, _) = listener.accept().await.unwrap();
-            TlsStream::accept(tcp, config).await.map(|_| ())
-        });
+        let (addr, _, server) = serve_one(|accepted| async move { accepted.map(|_| ()) }).await;
         let mut tcp = TcpStream::connect(addr).await.unwrap();
         // A ClientHello whose header claims 16 MiB, then handshake records of 16 KiB.
         let mut first = vec![0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0xff, 0xff, 0xff];
