@@ -1,16 +1,22 @@
 //! The front's TLS stream against tokio-rustls's, side by side in one process.
 //!
 //! The gateway serves front TLS with its own stream over rustls's unbuffered connection
-//! (`tls::server_stream`), so that a quiet connection holds no buffer. This measures what that
+//! (`tls::stream`), so that a quiet connection holds no buffer. This measures what that
 //! costs per exchange against tokio-rustls (which the front used before) on the same
 //! machine, in alternated rounds: `--clients` connections over loopback each send a 700-byte
 //! request and read a 400-byte answer, `--exchanges` times, and the process's CPU time per
 //! exchange (clients included, the same for both) is reported for each server, with the
 //! ratio. A second part times full handshakes.
 //!
+//! `--idle N` measures the client side instead (the gateway's connections to an `https`
+//! legacy server): N connections, each after one exchange, held idle by tokio-rustls's client
+//! and by the gateway's `ClientStream`, each count in a fresh process, alternated, the server
+//! side the same for both; the growth of VmRSS per connection is printed for each.
+//!
 //! ```sh
 //! cargo bench --bench tls_stream                       # 32 clients, 2,000 exchanges each, 5 rounds
 //! cargo bench --bench tls_stream -- --clients 8 --exchanges 5000 --rounds 3
+//! cargo bench --bench tls_stream -- --idle 2000 --rounds 3
 //! ```
 
 #![forbid(unsafe_code)]
@@ -18,7 +24,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use mrtr_gateway::tls::server_stream::TlsStream;
+use mrtr_gateway::tls::stream::{ClientStream, ServerStream};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -65,7 +71,11 @@ fn cpu_seconds() -> f64 {
     ns as f64 / 1e9
 }
 
-fn configs() -> (Arc<rustls::ServerConfig>, tokio_rustls::TlsConnector) {
+fn configs() -> (
+    Arc<rustls::ServerConfig>,
+    tokio_rustls::TlsConnector,
+    Arc<rustls::ClientConfig>,
+) {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
     let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
@@ -89,9 +99,11 @@ fn configs() -> (Arc<rustls::ServerConfig>, tokio_rustls::TlsConnector) {
         .with_root_certificates(roots)
         .with_no_client_auth();
     client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let client = Arc::new(client);
     (
         Arc::new(server),
-        tokio_rustls::TlsConnector::from(Arc::new(client)),
+        tokio_rustls::TlsConnector::from(client.clone()),
+        client,
     )
 }
 
@@ -127,7 +139,7 @@ fn serve(listener: TcpListener, server: Server, config: Arc<rustls::ServerConfig
             tokio::spawn(async move {
                 match server {
                     Server::Gateway => {
-                        if let Ok(s) = TlsStream::accept(tcp, config).await {
+                        if let Ok(s) = ServerStream::accept(tcp, config).await {
                             answer(s).await;
                         }
                     }
@@ -204,6 +216,89 @@ async fn handshakes(
     cpu_seconds() - cpu
 }
 
+/// The process's resident memory now, in bytes.
+fn vm_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+/// One exchange on `c`, which then stays open.
+async fn one_exchange<C: AsyncRead + AsyncWrite + Unpin>(mut c: C) -> C {
+    c.write_all(&[b'r'; REQUEST]).await.unwrap();
+    c.flush().await.unwrap();
+    let mut got = [0u8; ANSWER];
+    c.read_exact(&mut got).await.unwrap();
+    c
+}
+
+/// The growth of VmRSS per connection with `n` idle client connections to `addr` (served by
+/// the gateway's stream), opened by the gateway's `ClientStream` or by tokio-rustls's client.
+async fn idle_clients(
+    addr: std::net::SocketAddr,
+    n: usize,
+    gateway: bool,
+    connector: &tokio_rustls::TlsConnector,
+    client: &Arc<rustls::ClientConfig>,
+) -> f64 {
+    let before = vm_rss();
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for _ in 0..n {
+        if gateway {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            tcp.set_nodelay(true).unwrap();
+            let name = ServerName::try_from("localhost").unwrap();
+            let s = ClientStream::connect(tcp, client.clone(), name)
+                .await
+                .unwrap();
+            ours.push(one_exchange(s).await);
+        } else {
+            theirs.push(one_exchange(connect(addr, connector).await).await);
+        }
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let grown = vm_rss().saturating_sub(before) as f64 / n as f64;
+    drop(ours);
+    drop(theirs);
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    grown
+}
+
+/// `--idle`: each measurement in a process of its own (memory freed by one round would
+/// otherwise be reused by the next, and its growth read as nothing), alternated.
+fn idle_rounds(n: usize, rounds: usize) {
+    let exe = std::env::current_exe().expect("the bench's own path");
+    let measure = |which: &str| -> f64 {
+        let out = std::process::Command::new(&exe)
+            .args(["--idle", &n.to_string(), "--idle-child", which])
+            .output()
+            .expect("the bench runs itself");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    println!(
+        "{n} idle client connections (one exchange each), each count in a fresh process, the \
+         server side the gateway's stream for both; VmRSS growth per connection, both sides:"
+    );
+    for round in 1..=rounds {
+        let theirs = measure("tokio-rustls");
+        let ours = measure("gateway");
+        println!(
+            "round {round}: tokio-rustls client {theirs:.0} bytes, gateway ClientStream {ours:.0} \
+             bytes (difference {:.0})",
+            theirs - ours
+        );
+    }
+}
+
 fn arg(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
         .position(|a| a == name)
@@ -222,8 +317,29 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let idle = arg(&args, "--idle", 0);
+    let idle_child = args
+        .iter()
+        .position(|a| a == "--idle-child")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    if idle > 0 && idle_child.is_none() {
+        idle_rounds(idle, rounds);
+        return;
+    }
     runtime.block_on(async move {
-        let (config, connector) = configs();
+        let (config, connector, client) = configs();
+        if let Some(which) = idle_child {
+            // One measurement in a fresh process (see `idle_rounds`).
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            serve(listener, Server::Gateway, config.clone());
+            // Warm-up: the allocator's and the runtime's first growth.
+            idle_clients(addr, idle / 10 + 1, which == "gateway", &connector, &client).await;
+            let grown = idle_clients(addr, idle, which == "gateway", &connector, &client).await;
+            println!("{grown:.0}");
+            return;
+        }
         let mut addrs = Vec::new();
         for server in [Server::Gateway, Server::TokioRustls] {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -23,7 +23,7 @@ use super::deps::Front;
 use super::handler::handle;
 use super::tls::TlsReloader;
 use crate::metrics::{Held, Limit};
-use crate::tls::server_stream::TlsStream;
+use crate::tls::stream::ServerStream;
 
 /// What the request path knows about the connection a request came on.
 #[derive(Debug, Clone)]
@@ -39,7 +39,7 @@ pub struct ConnInfo {
 }
 
 /// A front TLS connection's stream, as its connection's future holds it.
-type TlsIo = Box<TlsStream>;
+type TlsIo = Box<ServerStream>;
 
 async fn serve_connection<I>(front: Arc<Front>, io: I, info: Arc<ConnInfo>)
 where
@@ -122,7 +122,7 @@ async fn tls_handshake(
 ) -> Option<(TlsIo, Option<Arc<Vec<u8>>>)> {
     let limit = front.config().listen.header_read_timeout;
     let tls_stream =
-        match tokio::time::timeout(limit, TlsStream::accept(stream, tls.config())).await {
+        match tokio::time::timeout(limit, ServerStream::accept(stream, tls.config())).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, %peer, "TLS handshake failed");

@@ -10,7 +10,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use super::handshake::VersionMemory;
 /// A legacy server's response body; reading it drives its connection ([`super::http_conns`]).
 pub use super::http_conns::ConnBody as UpstreamBody;
-use super::http_conns::{Conns, IdleLimits, SendError};
+use super::http_conns::{Connector, Conns, IdleLimits, SendError};
 use crate::config::UpstreamConfig;
 use crate::metrics::{ConnMetrics, LimitHits};
 use crate::tls::upstream::TlsFailure;
@@ -78,15 +78,13 @@ impl UpstreamHttp {
                     .with_no_client_auth(),
             ),
         };
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config((*tls).clone())
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(connector);
         let uri: http::Uri = cfg.url.as_str().parse().expect("validated URL");
         UpstreamHttp {
             conns: Conns::new(
-                https,
+                Connector {
+                    tcp: connector,
+                    tls,
+                },
                 &uri,
                 IdleLimits {
                     max: cfg.max_idle_connections,

@@ -51,14 +51,14 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
-use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tower_service::Service;
 
 use super::h1::{self, Decoder, H1Error};
 use crate::metrics::{ConnClose, ConnMetrics};
+use crate::tls::stream::ClientStream;
 
 /// How long idle connections are kept, and how many (`upstream.connection_idle_timeout`,
 /// `upstream.max_idle_connections`). The server's own keep-alive is often shorter; a
@@ -77,18 +77,50 @@ pub const REAP_EVERY: Duration = Duration::from_secs(2);
 const READ_CHUNK: usize = 16 * 1024;
 
 /// A connection's socket. A TLS session's state is a kilobyte or more; boxed, it costs a
-/// plain connection nothing (inline, every connection had room for one).
+/// plain connection nothing (inline, every connection had room for one). The TLS stream is
+/// the gateway's own ([`ClientStream`]): it holds no buffer while the connection waits, so an
+/// idle or parked connection over `https` keeps only its TLS state and keys (tokio-rustls's
+/// stream kept a 4 KiB read buffer for the connection's life).
 enum Io {
     Plain(tokio::net::TcpStream),
-    Tls(Box<TokioIo<MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>>>),
+    Tls(Box<ClientStream>),
 }
 
-impl Io {
-    fn new(connected: MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>) -> Io {
-        match connected {
-            MaybeHttpsStream::Http(tcp) => Io::Plain(tcp.into_inner()),
-            tls => Io::Tls(Box::new(TokioIo::new(tls))),
+/// How connections to the legacy server are opened: TCP through hyper-util's connector (its
+/// connect timeout, `TCP_NODELAY`), then, for an `https` server, a TLS handshake with `tls`.
+#[derive(Clone)]
+pub struct Connector {
+    pub tcp: HttpConnector,
+    pub tls: Arc<rustls::ClientConfig>,
+}
+
+impl Connector {
+    /// A connection to the server `uri` names.
+    async fn open(mut self, uri: http::Uri) -> Result<Io, SendError> {
+        let connect = |e| SendError::Connect(Box::new(e));
+        std::future::poll_fn(|cx| self.tcp.poll_ready(cx))
+            .await
+            .map_err(connect)?;
+        let tcp = self
+            .tcp
+            .call(uri.clone())
+            .await
+            .map_err(connect)?
+            .into_inner();
+        if uri.scheme() != Some(&http::uri::Scheme::HTTPS) {
+            return Ok(Io::Plain(tcp));
         }
+        let host = uri.host().unwrap_or_default();
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        let name =
+            ServerName::try_from(host.to_owned()).map_err(|e| SendError::Connect(Box::new(e)))?;
+        let tls = ClientStream::connect(tcp, self.tls, name)
+            .await
+            .map_err(|e| SendError::Connect(Box::new(e)))?;
+        Ok(Io::Tls(Box::new(tls)))
     }
 }
 
@@ -193,7 +225,7 @@ impl IdleConn {
 
 /// The connections to one legacy server, and how to open more.
 pub struct Conns {
-    connector: HttpsConnector<HttpConnector>,
+    connector: Connector,
     /// The scheme and authority every request goes to.
     origin: (Option<http::uri::Scheme>, Option<http::uri::Authority>),
     idle: Mutex<VecDeque<IdleConn>>,
@@ -227,7 +259,7 @@ impl Conns {
     /// Connections to the origin of `server`, idle ones kept within `limits`, counted in
     /// `metrics`.
     pub fn new(
-        connector: HttpsConnector<HttpConnector>,
+        connector: Connector,
         server: &http::Uri,
         limits: IdleLimits,
         metrics: ConnMetrics,
@@ -236,7 +268,7 @@ impl Conns {
     }
 
     fn reaped_every(
-        connector: HttpsConnector<HttpConnector>,
+        connector: Connector,
         server: &http::Uri,
         limits: IdleLimits,
         metrics: ConnMetrics,
@@ -359,18 +391,15 @@ impl Conns {
         uri: &http::Uri,
         method: &http::Method,
     ) -> Result<Box<Conn>, SendError> {
-        let mut connector = self.connector.clone();
+        let connector = self.connector.clone();
         let uri = uri.clone();
         let metrics = self.metrics.clone();
         let method = method.clone();
         let opening = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
-            std::future::poll_fn(|cx| connector.poll_ready(cx))
-                .await
-                .map_err(SendError::Connect)?;
-            let io = connector.call(uri).await.map_err(SendError::Connect)?;
+            let io = connector.open(uri).await?;
             metrics.opened(&method);
             Ok(Box::new(Conn {
-                io: Io::new(io),
+                io,
                 body: Decoder::length(0),
                 keep_alive: true,
                 closing: Closing {
@@ -769,8 +798,8 @@ mod tests {
         metrics: ConnMetrics,
         every: Duration,
     ) -> Arc<Conns> {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
+        let mut tcp = HttpConnector::new();
+        tcp.enforce_http(false);
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::aws_lc_rs::default_provider(),
         ))
@@ -779,11 +808,10 @@ mod tests {
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_no_client_auth();
         Conns::reaped_every(
-            hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(tls)
-                .https_or_http()
-                .enable_http1()
-                .wrap_connector(http),
+            Connector {
+                tcp,
+                tls: Arc::new(tls),
+            },
             server,
             limits,
             metrics,

@@ -3,12 +3,12 @@
 //! the upstream client's alike — and the upstream client's TLS configuration ([`upstream`]:
 //! CA file, system store or pinned keys, client certificate, handshake failures as classes),
 //! which the configuration loader builds and the legacy HTTP client uses, how the server's
-//! certificate is judged ([`server_verifier`]), and the stream the front listener serves TLS
-//! connections with ([`server_stream`]: rustls's unbuffered connection, the buffers the
-//! gateway's own, so a quiet connection holds none).
+//! certificate is judged ([`server_verifier`]), and the TLS stream both ends use, the front
+//! listener's connections and the legacy server's over `https` ([`stream`]: rustls's
+//! unbuffered connection, the buffers the gateway's own, so a quiet connection holds none).
 
-pub mod server_stream;
 pub mod server_verifier;
+pub mod stream;
 pub mod upstream;
 
 use std::sync::Arc;

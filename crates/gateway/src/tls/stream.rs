@@ -1,10 +1,12 @@
-//! A server's TLS stream over rustls's unbuffered connection, so that the gateway holds the
-//! buffers and a quiet connection holds none.
+//! A TLS stream over rustls's unbuffered connection, so that the gateway holds the buffers and
+//! a quiet connection holds none: the front's connections ([`ServerStream`]) and the legacy
+//! server's over `https` ([`ClientStream`]).
 //!
 //! rustls's buffered connection (what tokio-rustls wraps) reads into a buffer of its own that
 //! is never smaller than 4 KiB once the first byte has come, for as long as the connection
-//! lives. A front connection at rest would keep that buffer for nothing. Here the ciphertext
-//! waits in [`TlsStream`]'s own vectors, which are freed whenever they are emptied:
+//! lives. A front connection at rest, an idle pooled upstream connection or a parked call's
+//! stream would keep that buffer for nothing. Here the ciphertext waits in [`TlsStream`]'s own
+//! vectors, which are freed whenever they are emptied:
 //! - `incoming`: what was read and rustls could not yet use (part of a record, or a handshake
 //!   message split over records). It is allocated when the socket is readable, not before.
 //! - `plain`: decrypted bytes the reader had no room for.
@@ -20,12 +22,16 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use rustls::ServerConfig;
+use std::ops::DerefMut;
+
+use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
+use rustls::pki_types::ServerName;
 use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
 use rustls::unbuffered::{
     ConnectionState, EncodeError, EncodeTlsData, EncryptError, InsufficientSizeError,
-    UnbufferedStatus, WriteTraffic,
+    UnbufferedConnectionCommon, UnbufferedStatus, WriteTraffic,
 };
+use rustls::{ClientConfig, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -51,10 +57,47 @@ const MAX_OUTGOING: usize = 64 * 1024;
 /// (TLS 1.2), with margin. For each started 16 KiB of payload.
 const RECORD_OVERHEAD: usize = 64;
 
-/// A server-side TLS connection over a TCP stream, its handshake done.
-pub struct TlsStream {
+/// The side of a connection a [`TlsStream`] drives: rustls's unbuffered server or client
+/// connection.
+pub trait Side: DerefMut<Target = UnbufferedConnectionCommon<Self::Data>> + Send + Unpin {
+    type Data;
+    /// rustls's `process_tls_records` for this side.
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Data>;
+}
+
+impl Side for UnbufferedServerConnection {
+    type Data = ServerConnectionData;
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, ServerConnectionData> {
+        self.process_tls_records(incoming)
+    }
+}
+
+impl Side for UnbufferedClientConnection {
+    type Data = ClientConnectionData;
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, ClientConnectionData> {
+        self.process_tls_records(incoming)
+    }
+}
+
+/// A front connection's TLS stream.
+pub type ServerStream = TlsStream<UnbufferedServerConnection>;
+
+/// A TLS stream to the legacy server.
+pub type ClientStream = TlsStream<UnbufferedClientConnection>;
+
+/// A TLS connection over a TCP stream, its handshake done.
+pub struct TlsStream<S> {
     io: TcpStream,
-    conn: UnbufferedServerConnection,
+    conn: S,
     /// Ciphertext read and not yet used by rustls.
     incoming: Vec<u8>,
     /// Decrypted bytes not yet read: `plain[plain_at..]`.
@@ -117,8 +160,8 @@ fn encrypt_room(e: &EncryptError) -> Option<usize> {
 }
 
 /// Encrypts `data` as application data at the end of `out`.
-fn encrypt_into(
-    traffic: &mut WriteTraffic<'_, ServerConnectionData>,
+fn encrypt_into<D>(
+    traffic: &mut WriteTraffic<'_, D>,
     data: &[u8],
     out: &mut Vec<u8>,
 ) -> io::Result<()> {
@@ -128,10 +171,7 @@ fn encrypt_into(
 }
 
 /// Encodes the record rustls asks to send (a handshake message, an alert) at the end of `out`.
-fn encode_into(
-    encode: &mut EncodeTlsData<'_, ServerConnectionData>,
-    out: &mut Vec<u8>,
-) -> io::Result<()> {
+fn encode_into<D>(encode: &mut EncodeTlsData<'_, D>, out: &mut Vec<u8>) -> io::Result<()> {
     let room_wanted = |e: &EncodeError| match e {
         EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => {
             Some(*required_size)
@@ -141,10 +181,35 @@ fn encode_into(
     append_with(out, 1024, |room| encode.encode(room), room_wanted)
 }
 
-impl TlsStream {
+impl ServerStream {
     /// Runs the server's side of a handshake on `io`. The caller bounds it in time.
-    pub async fn accept(io: TcpStream, config: Arc<ServerConfig>) -> io::Result<TlsStream> {
+    pub async fn accept(io: TcpStream, config: Arc<ServerConfig>) -> io::Result<ServerStream> {
         let conn = UnbufferedServerConnection::new(config).map_err(tls_error)?;
+        TlsStream::handshake(io, conn).await
+    }
+
+    /// The certificates the client presented (client authentication only).
+    pub fn peer_certificates(&self) -> Option<&[rustls_pki_types::CertificateDer<'static>]> {
+        self.conn.peer_certificates()
+    }
+}
+
+impl ClientStream {
+    /// Runs the client's side of a handshake with `name` on `io`. The caller bounds it in
+    /// time.
+    pub async fn connect(
+        io: TcpStream,
+        config: Arc<ClientConfig>,
+        name: ServerName<'static>,
+    ) -> io::Result<ClientStream> {
+        let conn = UnbufferedClientConnection::new(config, name).map_err(tls_error)?;
+        TlsStream::handshake(io, conn).await
+    }
+}
+
+impl<S: Side> TlsStream<S> {
+    /// Runs `conn`'s handshake on `io`.
+    async fn handshake(io: TcpStream, conn: S) -> io::Result<TlsStream<S>> {
         let mut s = TlsStream {
             io,
             conn,
@@ -182,11 +247,6 @@ impl TlsStream {
         }
     }
 
-    /// The certificates the client presented (client authentication only).
-    pub fn peer_certificates(&self) -> Option<&[rustls_pki_types::CertificateDer<'static>]> {
-        self.conn.peer_certificates()
-    }
-
     /// The protocol agreed by ALPN, if any.
     pub fn alpn_protocol(&self) -> Option<&[u8]> {
         self.conn.alpn_protocol()
@@ -217,8 +277,7 @@ impl TlsStream {
         let mut wrote = false;
         let mut used = 0;
         let result = 'turns: loop {
-            let UnbufferedStatus { discard, state } =
-                self.conn.process_tls_records(&mut self.incoming[used..]);
+            let UnbufferedStatus { discard, state } = self.conn.process(&mut self.incoming[used..]);
             let state = match state {
                 Ok(state) => state,
                 Err(e) => {
@@ -332,7 +391,7 @@ impl TlsStream {
     fn queue_alert(&mut self) {
         // The unused ciphertext is given again: rustls keeps its place in it (a handshake
         // message in parts) and would read past the end of a shorter buffer.
-        let UnbufferedStatus { state, .. } = self.conn.process_tls_records(&mut self.incoming[..]);
+        let UnbufferedStatus { state, .. } = self.conn.process(&mut self.incoming[..]);
         if let Ok(ConnectionState::EncodeTlsData(mut encode)) = state {
             let _ = encode_into(&mut encode, &mut self.outgoing);
         }
@@ -407,7 +466,7 @@ impl TlsStream {
     }
 }
 
-impl AsyncRead for TlsStream {
+impl<S: Side> AsyncRead for TlsStream<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -446,7 +505,7 @@ impl AsyncRead for TlsStream {
     }
 }
 
-impl AsyncWrite for TlsStream {
+impl<S: Side> AsyncWrite for TlsStream<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -527,11 +586,11 @@ mod tests {
         Arc::new(cfg)
     }
 
-    fn connector(
+    fn client_config(
         cert: &CertificateDer<'static>,
         version: &'static rustls::SupportedProtocolVersion,
         alpn: &[u8],
-    ) -> tokio_rustls::TlsConnector {
+    ) -> Arc<ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(cert.clone()).unwrap();
         let mut cfg = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
@@ -540,13 +599,21 @@ mod tests {
             .with_root_certificates(roots)
             .with_no_client_auth();
         cfg.alpn_protocols = vec![alpn.to_vec()];
-        tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        Arc::new(cfg)
+    }
+
+    fn connector(
+        cert: &CertificateDer<'static>,
+        version: &'static rustls::SupportedProtocolVersion,
+        alpn: &[u8],
+    ) -> tokio_rustls::TlsConnector {
+        tokio_rustls::TlsConnector::from(client_config(cert, version, alpn))
     }
 
     /// A loopback listener with a fresh certificate whose first connection runs the server's
     /// handshake and is handed to `serve`: its address, the certificate, and `serve`'s task.
     async fn serve_one<T, F>(
-        serve: impl FnOnce(io::Result<TlsStream>) -> F + Send + 'static,
+        serve: impl FnOnce(io::Result<ServerStream>) -> F + Send + 'static,
     ) -> (
         std::net::SocketAddr,
         CertificateDer<'static>,
@@ -562,7 +629,7 @@ mod tests {
         let config = server_config(&cert, &key);
         let task = tokio::spawn(async move {
             let (tcp, _) = listener.accept().await.unwrap();
-            serve(TlsStream::accept(tcp, config).await).await
+            serve(ServerStream::accept(tcp, config).await).await
         });
         (addr, cert, task)
     }
@@ -572,7 +639,7 @@ mod tests {
     async fn pair(
         version: &'static rustls::SupportedProtocolVersion,
         alpn: &[u8],
-    ) -> (TlsStream, tokio_rustls::client::TlsStream<TcpStream>) {
+    ) -> (ServerStream, tokio_rustls::client::TlsStream<TcpStream>) {
         let (addr, cert, server) = serve_one(|accepted| async move { accepted }).await;
         let tcp = TcpStream::connect(addr).await.unwrap();
         let client = connector(&cert, version, alpn)
@@ -681,6 +748,51 @@ mod tests {
             (18_435..=READ_SIZE + MORE_READ).contains(&held),
             "{held} bytes held for 18,435 bytes of a record"
         );
+    }
+
+    /// The client side (the legacy server's connections over `https`): a request and its
+    /// answer over TLS 1.3 and 1.2, then a stream waiting for its server holds no buffer, and
+    /// the server's close_notify reads as the end.
+    #[tokio::test]
+    async fn a_client_stream_waiting_for_its_server_holds_no_buffer() {
+        for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+            let (cert, key) = self_signed();
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let acceptor = tokio_rustls::TlsAcceptor::from(server_config(&cert, &key));
+            let server = tokio::spawn(async move {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let mut s = acceptor.accept(tcp).await.expect("server handshake");
+                let mut request = vec![0u8; 30_000];
+                s.read_exact(&mut request).await.unwrap();
+                s.write_all(&[9u8; 25_000]).await.unwrap();
+                s.flush().await.unwrap();
+                // The client waits; then the server closes.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                s.shutdown().await.unwrap();
+            });
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let name = ServerName::try_from("localhost").unwrap();
+            let mut client =
+                ClientStream::connect(tcp, client_config(&cert, version, b"http/1.1"), name)
+                    .await
+                    .expect("client handshake");
+            client.write_all(&[1u8; 30_000]).await.unwrap();
+            client.flush().await.unwrap();
+            let mut answer = vec![0u8; 25_000];
+            client.read_exact(&mut answer).await.unwrap();
+            assert!(answer.iter().all(|b| *b == 9), "{version:?}");
+            let mut buf = [0u8; 64];
+            let waited =
+                tokio::time::timeout(Duration::from_millis(100), client.read(&mut buf)).await;
+            assert!(waited.is_err(), "{version:?}: nothing was sent: {waited:?}");
+            assert_eq!(client.buffered_capacity(), 0, "{version:?}");
+            let end = tokio::time::timeout(Duration::from_secs(10), client.read(&mut buf))
+                .await
+                .expect("the server's close came");
+            assert_eq!(end.unwrap(), 0, "{version:?}: a clean end");
+            server.await.unwrap();
+        }
     }
 
     /// A client that updates its keys (and asks the server to update its own) is read across
