@@ -52,6 +52,9 @@ pub struct GatewayOptions {
     /// Front TLS: the certificate and key (PEM) the gateway serves with (`[tls]`; plain HTTP
     /// when `None`, the shipped default).
     pub tls: Option<(String, String)>,
+    /// The legacy server's certificate (PEM), trusted as `upstream.ca_file`, when the
+    /// legacy server is reached over `https` (`--upstream-tls`).
+    pub upstream_ca: Option<String>,
 }
 
 impl Default for GatewayOptions {
@@ -74,6 +77,7 @@ impl Default for GatewayOptions {
             otlp_endpoint: None,
             forward_credentials: false,
             tls: None,
+            upstream_ca: None,
         }
     }
 }
@@ -115,7 +119,7 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
         .unwrap_or_default();
     let mut text = format!(
         "[listen]\naddr = \"127.0.0.1:{port}\"\nmax_concurrent_requests = {max}\nheader_read_timeout = \"{hrt}\"\n\
-         [upstream]\nurl = \"{legacy_url}\"\nidle_timeout = \"{idle}\"\n\
+         [upstream]\nurl = \"{legacy_url}\"\nidle_timeout = \"{idle}\"\n{upstream_ca}\
          [state]\nttl = \"10m\"\n\
          [[state.keys]]\nid = \"load\"\nsecret = \"{secret}\"\n\
          [mrtr]\ngather_window = \"{gather}\"\ngather_quiet = \"{quiet}\"\n\
@@ -128,6 +132,11 @@ fn config_text(legacy_url: &str, port: u16, admin_port: u16, o: &GatewayOptions)
         max = o.max_concurrent_requests,
         hrt = o.header_read_timeout,
         idle = o.upstream_idle_timeout,
+        upstream_ca = if o.upstream_ca.is_some() {
+            "ca_file = \"upstream-ca.crt\"\n"
+        } else {
+            ""
+        },
         secret = random_secret(),
         gather = o.gather_window,
         quiet = o.gather_quiet,
@@ -168,6 +177,9 @@ impl GatewayChild {
         let log = dir.with_extension("log");
         std::fs::write(&config, config_text(legacy_url, port, admin_port, options))
             .map_err(|e| e.to_string())?;
+        if let Some(ca) = &options.upstream_ca {
+            std::fs::write(dir.join("upstream-ca.crt"), ca).map_err(|e| e.to_string())?;
+        }
         if let Some((cert, key)) = &options.tls {
             std::fs::write(dir.join("tls.crt"), cert).map_err(|e| e.to_string())?;
             std::fs::write(dir.join("tls.key"), key).map_err(|e| e.to_string())?;

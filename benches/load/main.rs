@@ -8,6 +8,7 @@
 //! cargo bench --bench load -- --otlp --clients 32 --duration 40s         # trace export off vs on
 //! scripts/soak.sh --duration 2m                                        # --soak
 //! scripts/park.sh 10000                                                # --park N
+//! cargo bench --bench load -- --park 3000 --upstream-tls                # the same, legacy server over https
 //! cargo bench --bench load -- --idle 1000                              # memory per idle connection
 //! cargo bench --bench load -- --idle 1000 --idle-over tls              # the same over TLS (or h2, tls-h2)
 //! cargo bench --bench load -- --flow plain --sweep 32,256,1024 --duration 18s --distinct-callers --plot docs/performance-sweep.svg
@@ -121,6 +122,11 @@ struct Args {
     /// Calls in flight at once while parking.
     #[arg(long, default_value_t = 64)]
     park_concurrency: usize,
+    /// With `--park`: the gateway reaches the legacy server over `https`, through an nginx
+    /// that terminates TLS in front of it (a self-signed certificate for `localhost`, trusted
+    /// as `upstream.ca_file`), so each parked call's upstream streams are TLS connections.
+    #[arg(long)]
+    upstream_tls: bool,
     /// Compare the gateway with trace export off and on (a second gateway exporting to an
     /// OTLP/HTTP sink in this process), side by side, instead of direct/nginx/gateway.
     #[arg(long)]
@@ -198,7 +204,19 @@ async fn run(args: Args) -> Result<(), String> {
             options.tls = Some(idle::self_signed()?);
         }
     }
-    let gw = GatewayChild::spawn(&legacy.url(), &options).await?;
+    // `--upstream-tls`: nginx terminates TLS in front of the legacy server.
+    let tls_front = if args.upstream_tls {
+        let (cert, key) = idle::self_signed()?;
+        let hop = nginx::NginxHop::start_tls(&legacy.url(), &cert, &key).await?;
+        options.upstream_ca = Some(cert);
+        Some(hop)
+    } else {
+        None
+    };
+    let upstream_url = tls_front
+        .as_ref()
+        .map_or_else(|| legacy.url(), |hop| hop.url.clone());
+    let gw = GatewayChild::spawn(&upstream_url, &options).await?;
     let outcome = if let Some(n) = args.park {
         park_run(&gw, n, &args).await
     } else if let Some(n) = args.idle {
@@ -218,6 +236,9 @@ async fn run(args: Args) -> Result<(), String> {
         eprintln!("gateway log tail:\n{}", gw.log_tail());
     }
     gw.stop().await;
+    if let Some(hop) = tls_front {
+        hop.stop().await;
+    }
     legacy.shutdown().await;
     outcome
 }

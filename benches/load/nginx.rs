@@ -23,6 +23,21 @@ impl NginxHop {
     /// `access_log`: nginx writes its default access log (one line per request, unbuffered,
     /// as Debian's stock configuration does) to a file in its directory; otherwise none.
     pub async fn start(backend_url: &str, access_log: bool) -> Result<NginxHop, String> {
+        Self::start_with(backend_url, access_log, None).await
+    }
+
+    /// The same proxy serving TLS with `cert` and `key` (PEM, valid for `localhost`): its URL
+    /// is `https://localhost:PORT/…` (`--upstream-tls`, the gateway's legacy server over
+    /// `https`).
+    pub async fn start_tls(backend_url: &str, cert: &str, key: &str) -> Result<NginxHop, String> {
+        Self::start_with(backend_url, false, Some((cert, key))).await
+    }
+
+    async fn start_with(
+        backend_url: &str,
+        access_log: bool,
+        tls: Option<(&str, &str)>,
+    ) -> Result<NginxHop, String> {
         let uri: http::Uri = backend_url
             .parse()
             .map_err(|e| format!("backend URL {backend_url}: {e}"))?;
@@ -33,7 +48,7 @@ impl NginxHop {
         let mut last = String::new();
         // A port found free can be taken before nginx binds it: a few tries.
         for _ in 0..5 {
-            match Self::try_start(&backend, uri.path(), access_log).await {
+            match Self::try_start(&backend, uri.path(), access_log, tls).await {
                 Ok(hop) => return Ok(hop),
                 Err(e) => last = e,
             }
@@ -41,7 +56,12 @@ impl NginxHop {
         Err(format!("nginx did not start: {last}"))
     }
 
-    async fn try_start(backend: &str, path: &str, access_log: bool) -> Result<NginxHop, String> {
+    async fn try_start(
+        backend: &str,
+        path: &str,
+        access_log: bool,
+        tls: Option<(&str, &str)>,
+    ) -> Result<NginxHop, String> {
         let dir = std::env::temp_dir().join(format!(
             "mrtr-load-nginx-{}-{}",
             std::process::id(),
@@ -49,17 +69,29 @@ impl NginxHop {
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let port = free_port()?;
-        let log = if access_log {
+        let mut server_extra = if access_log {
             format!("access_log {}/access.log;", dir.display())
         } else {
             String::new()
         };
+        let (listen, scheme, host) = match tls {
+            Some((cert, key)) => {
+                std::fs::write(dir.join("tls.crt"), cert).map_err(|e| e.to_string())?;
+                std::fs::write(dir.join("tls.key"), key).map_err(|e| e.to_string())?;
+                server_extra.push_str(&format!(
+                    " ssl_certificate {0}/tls.crt; ssl_certificate_key {0}/tls.key;",
+                    dir.display()
+                ));
+                (format!("127.0.0.1:{port} ssl"), "https", "localhost")
+            }
+            None => (format!("127.0.0.1:{port}"), "http", "127.0.0.1"),
+        };
         let conf = ProxyConf {
             dir: &dir,
-            listen: format!("127.0.0.1:{port}"),
+            listen,
             backend,
             keepalive: 256,
-            server_extra: &log,
+            server_extra: &server_extra,
             location_extra: "",
             log_level: "warn",
             read_timeout: "120s",
@@ -76,7 +108,7 @@ impl NginxHop {
         Ok(NginxHop {
             child,
             pid,
-            url: format!("http://127.0.0.1:{port}{path}"),
+            url: format!("{scheme}://{host}:{port}{path}"),
             dir,
         })
     }
