@@ -218,13 +218,7 @@ async fn handshakes(
 
 /// The process's resident memory now, in bytes.
 fn vm_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or(0)
-        * 1024
+    mrtr_testkit::proc::status_kib(std::process::id(), "VmRSS").unwrap_or(0) * 1024
 }
 
 /// One exchange on `c`, which then stays open.
@@ -299,10 +293,14 @@ fn idle_rounds(n: usize, rounds: usize) {
     }
 }
 
+/// The value after `name` on the command line.
+fn arg_str<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).map(String::as_str)
+}
+
 fn arg(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
+    arg_str(args, name)
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
@@ -318,11 +316,7 @@ fn main() {
         .build()
         .unwrap();
     let idle = arg(&args, "--idle", 0);
-    let idle_child = args
-        .iter()
-        .position(|a| a == "--idle-child")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
+    let idle_child = arg_str(&args, "--idle-child").map(str::to_string);
     if idle > 0 && idle_child.is_none() {
         idle_rounds(idle, rounds);
         return;

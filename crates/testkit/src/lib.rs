@@ -4,10 +4,12 @@
 //!   tools and fault injection;
 //! - [`client`]: a small 2026-07-28 client that walks MRTR rounds;
 //! - [`demo`]: the scripted end-to-end flow behind `cargo run -- demo`;
-//! - [`nginx`]: Debian's nginx as a reverse proxy (tests, the load bench).
+//! - [`nginx`]: Debian's nginx as a reverse proxy (tests, the load bench);
+//! - [`proc`]: a process's memory and CPU time from `/proc` (the benchmarks).
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod demo;
 pub mod legacy_server;
 pub mod nginx;
+pub mod proc;

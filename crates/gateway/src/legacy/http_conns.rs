@@ -97,7 +97,9 @@ pub struct Connector {
 impl Connector {
     /// A connection to the server `uri` names.
     async fn open(mut self, uri: http::Uri) -> Result<Io, SendError> {
-        let connect = |e| SendError::Connect(Box::new(e));
+        fn connect(e: impl std::error::Error + Send + Sync + 'static) -> SendError {
+            SendError::Connect(Box::new(e))
+        }
         std::future::poll_fn(|cx| self.tcp.poll_ready(cx))
             .await
             .map_err(connect)?;
@@ -115,11 +117,10 @@ impl Connector {
             .strip_prefix('[')
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(host);
-        let name =
-            ServerName::try_from(host.to_owned()).map_err(|e| SendError::Connect(Box::new(e)))?;
+        let name = ServerName::try_from(host.to_owned()).map_err(connect)?;
         let tls = ClientStream::connect(tcp, self.tls, name)
             .await
-            .map_err(|e| SendError::Connect(Box::new(e)))?;
+            .map_err(connect)?;
         Ok(Io::Tls(Box::new(tls)))
     }
 }

@@ -247,14 +247,10 @@ impl<S: Side> TlsStream<S> {
         }
     }
 
-    /// The protocol agreed by ALPN, if any.
-    pub fn alpn_protocol(&self) -> Option<&[u8]> {
-        self.conn.alpn_protocol()
-    }
-
     /// How many bytes the stream holds in buffers of its own (not rustls's): none once it has
     /// nothing waiting in either direction.
-    pub fn buffered_capacity(&self) -> usize {
+    #[cfg(test)]
+    fn buffered_capacity(&self) -> usize {
         self.incoming.capacity() + self.plain.capacity() + self.outgoing.capacity()
     }
 
@@ -699,7 +695,7 @@ mod tests {
     #[tokio::test]
     async fn a_stream_waiting_for_its_peer_holds_no_buffer() {
         let (mut server, mut client) = pair(&rustls::version::TLS13, b"h2").await;
-        assert_eq!(server.alpn_protocol(), Some(&b"h2"[..]));
+        assert_eq!(server.conn.alpn_protocol(), Some(&b"h2"[..]));
         assert!(server.peer_certificates().is_none());
         client.write_all(&[7u8; 20_000]).await.unwrap();
         client.flush().await.unwrap();
