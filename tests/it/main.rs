@@ -7,6 +7,7 @@
 #[macro_use]
 mod support;
 
+mod allocator;
 mod architecture;
 mod bridge;
 mod client_errors;

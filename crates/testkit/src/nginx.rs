@@ -66,7 +66,7 @@ master_process off;
 worker_processes 1;
 pid {d}/nginx.pid;
 error_log {d}/error.log {log_level};
-events {{ worker_connections 4096; }}
+events {{ worker_connections 16384; }}
 http {{
     access_log off;
     client_body_temp_path {d}/body;
