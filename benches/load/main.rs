@@ -122,6 +122,10 @@ struct Args {
     /// Calls in flight at once while parking.
     #[arg(long, default_value_t = 64)]
     park_concurrency: usize,
+    /// With `--park`: keep the calls parked this much longer after the reading, before they
+    /// are resumed (time to take a heap profiler's snapshot under `--gateway-prefix`).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    park_hold: Duration,
     /// With `--park`: the gateway reaches the legacy server over `https`, through an nginx
     /// that terminates TLS in front of it (a self-signed certificate for `localhost`, trusted
     /// as `upstream.ca_file`), so each parked call's upstream streams are TLS connections.
@@ -615,7 +619,7 @@ async fn soak_run(
 }
 
 async fn park_run(gw: &GatewayChild, n: usize, args: &Args) -> Result<(), String> {
-    let (text, json) = park::run(gw, n, args.park_concurrency).await?;
+    let (text, json) = park::run(gw, n, args.park_concurrency, args.park_hold).await?;
     emit(args, &text, json);
     Ok(())
 }

@@ -6,7 +6,8 @@
 //! stream and call stream open, a buffering task, the waiting question). Once the
 //! `parked_calls` gauge reads N and a short settle has passed, VmRSS is read again: the
 //! difference over N is the cost of one parked call. Every parked call is then resumed
-//! (answered) to check the lot empties and to read VmRSS after release.
+//! (answered; after `--park-hold`, when given, so that a heap profiler can take its snapshot
+//! of the parked calls) to check the lot empties and to read VmRSS after release.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,7 +96,12 @@ where
     (ok, errors, first)
 }
 
-pub async fn run(gw: &GatewayChild, n: usize, width: usize) -> Result<(String, Value), String> {
+pub async fn run(
+    gw: &GatewayChild,
+    n: usize,
+    width: usize,
+    hold: Duration,
+) -> Result<(String, Value), String> {
     let clients: Vec<Arc<ModernClient>> = (0..width.clamp(1, 256))
         .map(|_| Arc::new(ModernClient::new(&gw.url)))
         .collect();
@@ -143,6 +149,7 @@ pub async fn run(gw: &GatewayChild, n: usize, width: usize) -> Result<(String, V
     let sessions = gw
         .metric("mrtr_gateway_legacy_sessions_active", &[])
         .await?;
+    tokio::time::sleep(hold).await;
 
     let count = parked.len();
     let t1 = Instant::now();
