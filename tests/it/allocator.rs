@@ -1,10 +1,10 @@
 //! The shipped binary's allocator settings: jemalloc (the default `jemalloc` feature) built
 //! with the repository's `.cargo/config.toml`, so that pages a resting connection frees go
-//! back to the kernel about a second later, on jemalloc's own thread.
+//! back to the kernel about a second later, on jemalloc's own thread. Built only with that
+//! feature (`tests/it/main.rs`).
 
 use std::process::Command;
 
-#[cfg(feature = "jemalloc")]
 #[test]
 fn the_gateway_binary_returns_freed_pages_within_a_second() {
     // `stats_print` makes jemalloc print its settings to stderr as the process exits; it

@@ -7,6 +7,7 @@
 #[macro_use]
 mod support;
 
+#[cfg(feature = "jemalloc")]
 mod allocator;
 mod architecture;
 mod bridge;
