@@ -152,6 +152,18 @@ where
     (addr, at_rest, shutdown)
 }
 
+/// Checks the heap the `HELD` connections added since `before` (dhat's reading then), per
+/// connection, against `budget`.
+fn within_budget(what: &str, before: usize, budget: usize) {
+    let with = dhat::HeapStats::get().curr_bytes;
+    let per_connection = with.saturating_sub(before) / HELD;
+    eprintln!("heap per rested {what}: {per_connection} bytes");
+    assert!(
+        per_connection <= budget,
+        "a rested {what} holds {per_connection} bytes of heap (budget {budget})"
+    );
+}
+
 /// Waits until `gauge` reads `want` (the connections have gone to rest).
 async fn settle(gauge: &IntGauge, want: i64) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -190,14 +202,7 @@ async fn a_rested_http1_connection_holds_no_more_heap_than_its_budget() {
     .await
     .unwrap();
     settle(&at_rest, HELD as i64).await;
-    let with = dhat::HeapStats::get().curr_bytes;
-
-    let per_connection = with.saturating_sub(before) / HELD;
-    eprintln!("heap per rested connection: {per_connection} bytes");
-    assert!(
-        per_connection <= BUDGET,
-        "a rested connection holds {per_connection} bytes of heap (budget {BUDGET})"
-    );
+    within_budget("connection", before, BUDGET);
 
     // Still served after the rest: the reading above was of live connections.
     tokio::task::spawn_blocking(move || {
@@ -295,14 +300,7 @@ async fn a_rested_tls_connection_holds_its_session_and_no_buffer() {
     .await
     .unwrap();
     settle(&at_rest, (TLS_KEPT + HELD) as i64).await;
-    let with = dhat::HeapStats::get().curr_bytes;
-
-    let per_connection = with.saturating_sub(before) / HELD;
-    eprintln!("heap per rested TLS connection: {per_connection} bytes");
-    assert!(
-        per_connection <= TLS_BUDGET,
-        "a rested TLS connection holds {per_connection} bytes of heap (budget {TLS_BUDGET})"
-    );
+    within_budget("TLS connection", before, TLS_BUDGET);
 
     // Rested TLS connections still serve, their sessions intact.
     kept = tokio::task::spawn_blocking(move || {
