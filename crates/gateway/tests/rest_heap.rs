@@ -64,7 +64,7 @@ async fn ok(_req: Request<Incoming>) -> Response<Body> {
 }
 
 /// One keep-alive request on `s`, its answer read whole.
-fn exchange(s: &mut impl ReadWrite) {
+fn exchange(s: &mut (impl Read + Write)) {
     s.write_all(b"GET /mcp HTTP/1.1\r\nhost: test\r\n\r\n")
         .unwrap();
     let mut got = Vec::new();
@@ -80,9 +80,6 @@ fn exchange(s: &mut impl ReadWrite) {
         String::from_utf8_lossy(&got)
     );
 }
-
-trait ReadWrite: Read + Write {}
-impl<T: Read + Write> ReadWrite for T {}
 
 /// A blocking client socket to `addr`.
 fn connect(addr: SocketAddr) -> std::net::TcpStream {
