@@ -632,6 +632,15 @@ mod tests {
 
     /// A listener on loopback, the server stream its next connection makes, and a client
     /// connected to it over `version`.
+    /// Everything `r` reads up to its end, within 30 s.
+    async fn read_to_end_in_time(r: &mut (impl AsyncRead + Unpin)) -> io::Result<Vec<u8>> {
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), r.read_to_end(&mut got))
+            .await
+            .expect("the peer ended its stream in time")?;
+        Ok(got)
+    }
+
     async fn pair(
         version: &'static rustls::SupportedProtocolVersion,
         alpn: &[u8],
@@ -674,10 +683,8 @@ mod tests {
                 wr.shutdown().await.unwrap();
             });
             // A clean end: tokio-rustls reports a close without close_notify as an error.
-            let mut got = Vec::new();
-            tokio::time::timeout(Duration::from_secs(30), rd.read_to_end(&mut got))
+            let got = read_to_end_in_time(&mut rd)
                 .await
-                .expect("the echo ended in time")
                 .unwrap_or_else(|e| panic!("{version:?}: the client's read ended with {e}"));
             writer.await.unwrap();
             let (total, held) = echo.await.unwrap();
@@ -868,11 +875,7 @@ mod tests {
         let sent: Vec<u8> = (0..40_000u32).map(|i| (i % 253) as u8).collect();
         client.write_all(&sent).await.unwrap();
         client.shutdown().await.unwrap();
-        let mut count = Vec::new();
-        tokio::time::timeout(Duration::from_secs(30), client.read_to_end(&mut count))
-            .await
-            .expect("the server answered in time")
-            .unwrap();
+        let count = read_to_end_in_time(&mut client).await.unwrap();
         assert_eq!(count, (sent.len() as u64).to_be_bytes());
         let got = server.await.unwrap();
         assert!(
