@@ -131,6 +131,11 @@ struct Args {
     /// as `upstream.ca_file`), so each parked call's upstream streams are TLS connections.
     #[arg(long)]
     upstream_tls: bool,
+    /// With `--upstream-tls`: the TLS versions that nginx offers (its `ssl_protocols`). The
+    /// default is what nginx offers from 1.23.4 on; Debian's nginx 1.22 offers up to TLS 1.2
+    /// unless told (`--upstream-tls-protocols TLSv1.2` measures that).
+    #[arg(long, default_value = "TLSv1.2 TLSv1.3")]
+    upstream_tls_protocols: String,
     /// Compare the gateway with trace export off and on (a second gateway exporting to an
     /// OTLP/HTTP sink in this process), side by side, instead of direct/nginx/gateway.
     #[arg(long)]
@@ -211,7 +216,9 @@ async fn run(args: Args) -> Result<(), String> {
     // `--upstream-tls`: nginx terminates TLS in front of the legacy server.
     let tls_front = if args.upstream_tls {
         let (cert, key) = idle::self_signed()?;
-        let hop = nginx::NginxHop::start_tls(&legacy.url(), &cert, &key).await?;
+        let hop =
+            nginx::NginxHop::start_tls(&legacy.url(), &cert, &key, &args.upstream_tls_protocols)
+                .await?;
         options.upstream_ca = Some(cert);
         Some(hop)
     } else {

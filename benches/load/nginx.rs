@@ -28,15 +28,20 @@ impl NginxHop {
 
     /// The same proxy serving TLS with `cert` and `key` (PEM, valid for `localhost`): its URL
     /// is `https://localhost:PORT/…` (`--upstream-tls`, the gateway's legacy server over
-    /// `https`).
-    pub async fn start_tls(backend_url: &str, cert: &str, key: &str) -> Result<NginxHop, String> {
-        Self::start_with(backend_url, false, Some((cert, key))).await
+    /// `https`), offering the TLS versions in `protocols` (nginx's `ssl_protocols`).
+    pub async fn start_tls(
+        backend_url: &str,
+        cert: &str,
+        key: &str,
+        protocols: &str,
+    ) -> Result<NginxHop, String> {
+        Self::start_with(backend_url, false, Some((cert, key, protocols))).await
     }
 
     async fn start_with(
         backend_url: &str,
         access_log: bool,
-        tls: Option<(&str, &str)>,
+        tls: Option<(&str, &str, &str)>,
     ) -> Result<NginxHop, String> {
         let uri: http::Uri = backend_url
             .parse()
@@ -60,7 +65,7 @@ impl NginxHop {
         backend: &str,
         path: &str,
         access_log: bool,
-        tls: Option<(&str, &str)>,
+        tls: Option<(&str, &str, &str)>,
     ) -> Result<NginxHop, String> {
         let dir = std::env::temp_dir().join(format!(
             "mrtr-load-nginx-{}-{}",
@@ -75,11 +80,11 @@ impl NginxHop {
             String::new()
         };
         let (listen, scheme, host) = match tls {
-            Some((cert, key)) => {
+            Some((cert, key, protocols)) => {
                 std::fs::write(dir.join("tls.crt"), cert).map_err(|e| e.to_string())?;
                 std::fs::write(dir.join("tls.key"), key).map_err(|e| e.to_string())?;
                 server_extra.push_str(&format!(
-                    " ssl_certificate {0}/tls.crt; ssl_certificate_key {0}/tls.key;",
+                    " ssl_certificate {0}/tls.crt; ssl_certificate_key {0}/tls.key; ssl_protocols {protocols};",
                     dir.display()
                 ));
                 (format!("127.0.0.1:{port} ssl"), "https", "localhost")
