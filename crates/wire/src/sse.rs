@@ -10,8 +10,6 @@
 //! buffered for one event (its data plus the current line), `max_stream` bounds the bytes
 //! read from the whole stream.
 
-use bytes::BytesMut;
-
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SseEvent {
@@ -46,7 +44,8 @@ impl std::error::Error for SseError {}
 
 #[derive(Debug)]
 pub struct SseDecoder {
-    line: BytesMut,
+    /// The start of a line whose end has not arrived yet.
+    partial: Vec<u8>,
     /// The previous chunk ended in CR; an LF at the start of the next one belongs to it.
     after_cr: bool,
     started: bool,
@@ -65,7 +64,7 @@ pub struct SseDecoder {
 impl SseDecoder {
     pub fn new(max_event: usize, max_stream: usize) -> Self {
         SseDecoder {
-            line: BytesMut::new(),
+            partial: Vec::new(),
             after_cr: false,
             started: false,
             data: String::new(),
@@ -87,6 +86,10 @@ impl SseDecoder {
     }
 
     /// Feeds a chunk; every event completed by it is appended to `out`.
+    ///
+    /// A line that arrives whole within a chunk is parsed where it lies; only a line split
+    /// across chunks is gathered, and its buffer is let go once the line is complete, so a
+    /// decoder between events holds no buffer (a stream may wait for hours between them).
     pub fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
         self.stream_bytes += chunk.len();
         if self.stream_bytes > self.max_stream {
@@ -101,43 +104,44 @@ impl SseDecoder {
             }
         }
         while !chunk.is_empty() {
-            match chunk.iter().position(|&b| b == b'\n' || b == b'\r') {
-                Some(pos) => {
-                    self.push_line_bytes(&chunk[..pos])?;
-                    let was_cr = chunk[pos] == b'\r';
-                    chunk = &chunk[pos + 1..];
-                    if was_cr {
-                        match chunk.first() {
-                            Some(b'\n') => chunk = &chunk[1..],
-                            Some(_) => {}
-                            None => self.after_cr = true,
-                        }
-                    }
-                    self.end_line(out)?;
+            let Some(pos) = chunk.iter().position(|&b| b == b'\n' || b == b'\r') else {
+                self.count_line_bytes(chunk.len())?;
+                self.partial.extend_from_slice(chunk);
+                break;
+            };
+            self.count_line_bytes(pos)?;
+            let (line, rest) = chunk.split_at(pos);
+            let was_cr = rest[0] == b'\r';
+            chunk = &rest[1..];
+            if was_cr {
+                match chunk.first() {
+                    Some(b'\n') => chunk = &chunk[1..],
+                    Some(_) => {}
+                    None => self.after_cr = true,
                 }
-                None => {
-                    self.push_line_bytes(chunk)?;
-                    chunk = &[];
-                }
+            }
+            if self.partial.is_empty() {
+                self.end_line(line, out)?;
+            } else {
+                let mut whole = std::mem::take(&mut self.partial);
+                whole.extend_from_slice(line);
+                self.end_line(&whole, out)?;
             }
         }
         Ok(())
     }
 
-    fn push_line_bytes(&mut self, bytes: &[u8]) -> Result<(), SseError> {
-        self.event_bytes += bytes.len();
+    fn count_line_bytes(&mut self, n: usize) -> Result<(), SseError> {
+        self.event_bytes += n;
         if self.event_bytes > self.max_event {
             return Err(SseError::EventTooLarge {
                 limit: self.max_event,
             });
         }
-        self.line.extend_from_slice(bytes);
         Ok(())
     }
 
-    fn end_line(&mut self, out: &mut Vec<SseEvent>) -> Result<(), SseError> {
-        let raw = self.line.split();
-        let mut line: &[u8] = &raw;
+    fn end_line(&mut self, mut line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
         if !self.started {
             self.started = true;
             if let Some(rest) = line.strip_prefix(b"\xEF\xBB\xBF") {
@@ -277,6 +281,22 @@ mod tests {
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].data, "x");
         assert_eq!(got[1].data, "y");
+    }
+
+    #[test]
+    fn a_decoder_between_events_holds_no_buffer() {
+        let mut d = SseDecoder::new(1 << 20, 1 << 24);
+        let mut out = Vec::new();
+        // Whole lines are parsed where they lie.
+        d.feed(PYTHON.as_bytes(), &mut out).unwrap();
+        assert_eq!(d.partial.capacity(), 0);
+        // A line split across chunks is gathered, then its buffer let go.
+        let (a, b) = TYPESCRIPT.as_bytes().split_at(40);
+        d.feed(a, &mut out).unwrap();
+        assert!(!d.partial.is_empty(), "the split line waits for its end");
+        d.feed(b, &mut out).unwrap();
+        assert_eq!(d.partial.capacity(), 0);
+        assert_eq!(out.len(), 5);
     }
 
     #[test]

@@ -28,7 +28,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::server_request::ServerRequest;
-use super::session::{CallStream, Closing, Inbound, LegacySession, SessionError, StreamTag};
+use super::session::{
+    CallStream, Closing, Inbound, LegacySession, SessionError, StreamEnd, StreamTag,
+};
 use super::wire::response_id;
 use mrtr_wire::jsonrpc::{self, ErrorObject, MessageKind};
 
@@ -59,29 +61,35 @@ impl Event {
             return Event::Closed;
         };
         match item {
-            Inbound::Message(_, msg) => match jsonrpc::classify(&msg) {
-                MessageKind::Request => Event::Request(msg),
-                MessageKind::Notification => Event::Notification {
-                    method: jsonrpc_method(&msg),
-                    msg,
-                },
-                MessageKind::Response => match response_id(&msg) {
-                    Some(id) => Event::Response { id, msg },
-                    None => Event::Invalid(msg),
-                },
-                MessageKind::Invalid => Event::Invalid(msg),
+            Inbound::Message(_, msg) => Event::of_message(*msg),
+            Inbound::Ended(end) => match *end {
+                StreamEnd {
+                    stream: StreamTag::Call(id),
+                    error,
+                } => Event::CallEnded { id, error },
+                StreamEnd {
+                    stream: StreamTag::Get,
+                    error,
+                } => Event::StreamEnded { error },
             },
-            Inbound::Ended {
-                stream: StreamTag::Call(id),
-                error,
-            } => Event::CallEnded { id, error },
-            Inbound::Ended {
-                stream: StreamTag::Get,
-                error,
-            } => Event::StreamEnded { error },
             Inbound::Stream(_) => {
                 unreachable!("a reader adopts response streams, never gives them")
             }
+        }
+    }
+
+    fn of_message(msg: Value) -> Event {
+        match jsonrpc::classify(&msg) {
+            MessageKind::Request => Event::Request(msg),
+            MessageKind::Notification => Event::Notification {
+                method: jsonrpc_method(&msg),
+                msg,
+            },
+            MessageKind::Response => match response_id(&msg) {
+                Some(id) => Event::Response { id, msg },
+                None => Event::Invalid(msg),
+            },
+            MessageKind::Invalid => Event::Invalid(msg),
         }
     }
 }
@@ -339,18 +347,12 @@ fn into_item(event: Event) -> Option<Inbound> {
     // The tag of a kept message no longer matters to any reader: events are classified by
     // their content, and stream ends carry their own tag.
     Some(match event {
-        Event::Response { id, msg } => Inbound::Message(StreamTag::Call(id), msg),
+        Event::Response { id, msg } => Inbound::message(StreamTag::Call(id), msg),
         Event::Request(msg) | Event::Notification { msg, .. } | Event::Invalid(msg) => {
-            Inbound::Message(StreamTag::Get, msg)
+            Inbound::message(StreamTag::Get, msg)
         }
-        Event::CallEnded { id, error } => Inbound::Ended {
-            stream: StreamTag::Call(id),
-            error,
-        },
-        Event::StreamEnded { error } => Inbound::Ended {
-            stream: StreamTag::Get,
-            error,
-        },
+        Event::CallEnded { id, error } => Inbound::ended(StreamTag::Call(id), error),
+        Event::StreamEnded { error } => Inbound::ended(StreamTag::Get, error),
         Event::Closed => return None,
     })
 }
@@ -362,7 +364,7 @@ mod tests {
     use std::time::Duration;
 
     fn message(v: Value) -> Option<Inbound> {
-        Some(Inbound::Message(StreamTag::Get, v))
+        Some(Inbound::message(StreamTag::Get, v))
     }
 
     #[test]
@@ -395,17 +397,11 @@ mod tests {
             Event::Invalid(_)
         ));
         assert!(matches!(
-            Event::of(Some(Inbound::Ended {
-                stream: StreamTag::Call(9),
-                error: None
-            })),
+            Event::of(Some(Inbound::ended(StreamTag::Call(9), None))),
             Event::CallEnded { id: 9, error: None }
         ));
         assert!(matches!(
-            Event::of(Some(Inbound::Ended {
-                stream: StreamTag::Get,
-                error: Some("reset".into())
-            })),
+            Event::of(Some(Inbound::ended(StreamTag::Get, Some("reset".into())))),
             Event::StreamEnded { error: Some(_) }
         ));
         assert!(matches!(Event::of(None), Event::Closed));
@@ -414,14 +410,14 @@ mod tests {
     #[tokio::test]
     async fn a_reader_gives_its_backlog_before_the_channel() {
         let (tx, rx) = mpsc::channel(4);
-        tx.send(Inbound::Message(
+        tx.send(Inbound::message(
             StreamTag::Get,
             json!({"id": 2, "result": {}}),
         ))
         .await
         .unwrap();
         let mut reader = Reader::new(rx);
-        reader.backlog.push_back(Inbound::Message(
+        reader.backlog.push_back(Inbound::message(
             StreamTag::Get,
             json!({"id": 1, "result": {}}),
         ));
@@ -441,7 +437,7 @@ mod tests {
 
     /// A notification from the server, on its own stream.
     fn notice(method: &str) -> Inbound {
-        Inbound::Message(StreamTag::Get, json!({"jsonrpc": "2.0", "method": method}))
+        Inbound::message(StreamTag::Get, json!({"jsonrpc": "2.0", "method": method}))
     }
 
     /// A response stream that delivers `id`'s response once `go` fires, then its end.
@@ -455,14 +451,9 @@ mod tests {
             let _ = go.await;
             let response = json!({"jsonrpc": "2.0", "id": id, "result": {}});
             let _ = tx
-                .send(Inbound::Message(StreamTag::Call(id), response))
+                .send(Inbound::message(StreamTag::Call(id), response))
                 .await;
-            let _ = tx
-                .send(Inbound::Ended {
-                    stream: StreamTag::Call(id),
-                    error: None,
-                })
-                .await;
+            let _ = tx.send(Inbound::ended(StreamTag::Call(id), None)).await;
         }))
     }
 
@@ -596,10 +587,7 @@ mod tests {
         ));
         assert!(matches!(
             reader.keep_next().await,
-            Some(Inbound::Ended {
-                stream: StreamTag::Call(3),
-                ..
-            })
+            Some(Inbound::Ended(end)) if end.stream == StreamTag::Call(3)
         ));
         // The next reader gets all of it, in order, the earlier backlog first.
         assert!(matches!(
@@ -619,17 +607,11 @@ mod tests {
     #[test]
     fn a_kept_event_goes_back_as_the_item_it_was() {
         for item in [
-            Inbound::Message(StreamTag::Get, json!({"id": 3, "result": {}})),
-            Inbound::Message(StreamTag::Get, json!({"id": 3, "method": "ping"})),
-            Inbound::Message(StreamTag::Get, json!({"method": "notifications/x"})),
-            Inbound::Ended {
-                stream: StreamTag::Call(3),
-                error: Some("gone".into()),
-            },
-            Inbound::Ended {
-                stream: StreamTag::Get,
-                error: None,
-            },
+            Inbound::message(StreamTag::Get, json!({"id": 3, "result": {}})),
+            Inbound::message(StreamTag::Get, json!({"id": 3, "method": "ping"})),
+            Inbound::message(StreamTag::Get, json!({"method": "notifications/x"})),
+            Inbound::ended(StreamTag::Call(3), Some("gone".into())),
+            Inbound::ended(StreamTag::Get, None),
         ] {
             let before = format!("{:?}", Event::of(Some(clone_item(&item))));
             let back = into_item(Event::of(Some(item))).expect("not Closed");
@@ -641,10 +623,7 @@ mod tests {
     fn clone_item(item: &Inbound) -> Inbound {
         match item {
             Inbound::Message(tag, v) => Inbound::Message(*tag, v.clone()),
-            Inbound::Ended { stream, error } => Inbound::Ended {
-                stream: *stream,
-                error: error.clone(),
-            },
+            Inbound::Ended(end) => Inbound::ended(end.stream, end.error.clone()),
             Inbound::Stream(_) => unreachable!("no stream among the kept items"),
         }
     }

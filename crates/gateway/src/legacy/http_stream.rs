@@ -22,17 +22,23 @@
 //! request on such a stream ends the call at once with an error saying so, instead of a call
 //! that hangs until a timeout.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::legacy::http::UpstreamBody;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use http::{HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
+use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::SendError;
 use tokio::time::Instant;
 
 use super::http::{UpstreamHttp, read_body};
 use super::session::{Inbound, StreamTag};
+use super::streamable_http::SessionHeaders;
 use super::wire::{excerpt, is_request, is_response_to, messages_of, method_of};
 use mrtr_wire::sse::SseDecoder;
 
@@ -45,9 +51,8 @@ const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 #[derive(Clone)]
 pub struct StreamContext {
     pub http: Arc<UpstreamHttp>,
-    /// Headers for a reconnecting GET: session id, protocol version, forwarded headers. One
-    /// copy for all of a session's streams.
-    pub get_headers: Arc<HeaderMap>,
+    /// The session's id, protocol version and forwarded headers, for a reconnecting GET.
+    pub headers: Arc<SessionHeaders>,
     pub tx: mpsc::Sender<Inbound>,
     /// The server issued no session id.
     pub stateless: bool,
@@ -88,65 +93,141 @@ enum ReconnectError {
 
 impl StreamContext {
     /// Forwards every message of `resp` (and of its resumptions) tagged `tag`, then its end.
-    pub async fn run(self, tag: StreamTag, resp: hyper::Response<UpstreamBody>, sse: bool) {
-        let error = if sse {
-            self.follow(tag, resp.into_body()).await.err()
-        } else {
-            self.read_json(tag, resp.into_body()).await.err()
+    ///
+    /// The returned future lives for as long as its stream: a session's GET stream for the
+    /// session's life, a parked call's stream while the call waits (two per parked call). So
+    /// its state is kept small, and a test holds it to a budget: what the stream keeps
+    /// between reads is one [`StreamReader`] that the steps borrow (an `async fn` keeps two
+    /// copies of what it is given), a reconnect, the step with the largest state and a rare
+    /// one, is boxed where it is awaited, and a delivery waits in a box only when the
+    /// channel is full.
+    pub fn run(
+        self,
+        tag: StreamTag,
+        resp: hyper::Response<UpstreamBody>,
+        sse: bool,
+    ) -> impl Future<Output = ()> + Send + Sync + 'static {
+        let limits = &self.http.limits;
+        let mut reader = StreamReader {
+            dec: SseDecoder::new(limits.max_event_bytes, limits.max_stream_bytes),
+            ctx: self,
+            tag,
+            body: Some(resp.into_body()),
+            cursor: Cursor {
+                last_id: None,
+                retry: None,
+                answered: false,
+                progressed: false,
+                last_message: Instant::now(),
+            },
         };
-        let _ = self.tx.send(Inbound::Ended { stream: tag, error }).await;
+        async move {
+            let error = if sse {
+                reader.follow().await.err()
+            } else {
+                // A JSON answer is read in one go, soon after it starts: boxed, so that its
+                // state is no part of the long-lived streams' (it would be the largest).
+                Box::pin(reader.read_json()).await.err()
+            };
+            let end = Inbound::ended(tag, error);
+            let _ = reader.ctx.deliver(end).await;
+        }
     }
 
-    async fn read_json(&self, tag: StreamTag, body: UpstreamBody) -> Result<(), String> {
-        let limits = &self.http.limits;
+    /// Puts `item` on the session's channel: at once when there is room, else (the reader
+    /// is behind; the channel holds 256 items) by waiting in a box, so that the wait's room
+    /// is not part of every stream's state. `Err` when nobody reads the channel any more.
+    fn deliver(&self, item: Inbound) -> Delivery<'_> {
+        match self.tx.try_send(item) {
+            Ok(()) => Delivery::Done(Ok(())),
+            Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Done(Err(())),
+            Err(mpsc::error::TrySendError::Full(item)) => {
+                Delivery::Waiting(Box::pin(self.tx.send(item)))
+            }
+        }
+    }
+}
+
+/// One item on its way to the session's channel (see [`StreamContext::deliver`]).
+enum Delivery<'a> {
+    Done(Result<(), ()>),
+    Waiting(Pin<Box<dyn Future<Output = Result<(), SendError<Inbound>>> + Send + Sync + 'a>>),
+}
+
+impl Future for Delivery<'_> {
+    type Output = Result<(), ()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        match &mut *self {
+            Delivery::Done(done) => Poll::Ready(*done),
+            Delivery::Waiting(send) => send.as_mut().poll(cx).map(|r| r.map_err(drop)),
+        }
+    }
+}
+
+/// What one stream keeps between reads.
+struct StreamReader {
+    ctx: StreamContext,
+    tag: StreamTag,
+    /// The current connection's body; `None` between connections.
+    body: Option<UpstreamBody>,
+    /// The current connection's decoder (each connection is an SSE stream of its own).
+    dec: SseDecoder,
+    cursor: Cursor,
+}
+
+impl StreamReader {
+    async fn read_json(&mut self) -> Result<(), String> {
+        let limits = &self.ctx.http.limits;
+        let body = self.body.take().expect("a stream starts with its body");
         let bytes = read_body(body, limits.max_event_bytes, limits.idle_timeout)
             .await
             .map_err(|e| e.to_string())?;
         for m in messages_of(&String::from_utf8_lossy(&bytes))? {
-            if self.tx.send(Inbound::Message(tag, m)).await.is_err() {
+            if self
+                .ctx
+                .deliver(Inbound::message(self.tag, m))
+                .await
+                .is_err()
+            {
                 break;
             }
         }
         Ok(())
     }
 
-    async fn follow(&self, tag: StreamTag, first: UpstreamBody) -> Result<(), String> {
-        let limits = &self.http.limits;
-        let mut cursor = Cursor {
-            last_id: None,
-            retry: None,
-            answered: false,
-            progressed: false,
-            last_message: Instant::now(),
-        };
-        let mut body = first;
+    async fn follow(&mut self) -> Result<(), String> {
         let mut fruitless: u32 = 0;
         loop {
-            let dropped = match self.read_connection(tag, body, &mut cursor).await {
+            let end = self.read_connection().await;
+            // The connection is done with: let it go before waiting to reconnect.
+            self.body = None;
+            let limits = &self.ctx.http.limits;
+            let dropped = match end {
                 ConnectionEnd::Finished => return Ok(()),
                 ConnectionEnd::Fatal(e) => return Err(e),
                 // The session is being deleted: the server ended its streams.
-                ConnectionEnd::Dropped(_) if self.closing.is_cancelled() => return Ok(()),
+                ConnectionEnd::Dropped(_) if self.ctx.closing.is_cancelled() => return Ok(()),
                 ConnectionEnd::Dropped(error) => error,
             };
-            if let StreamTag::Call(_) = tag {
-                if cursor.last_id.is_none() {
+            if let StreamTag::Call(_) = self.tag {
+                if self.cursor.last_id.is_none() {
                     return Err(dropped.unwrap_or_else(|| {
                         "the stream closed before the response, and without event ids it cannot be resumed".into()
                     }));
                 }
-                if cursor.last_message.elapsed() >= limits.idle_timeout {
+                if self.cursor.last_message.elapsed() >= limits.idle_timeout {
                     return Err(format!(
                         "the legacy server sent nothing for {:?} (upstream.idle_timeout), across reconnects",
                         limits.idle_timeout
                     ));
                 }
             }
-            if cursor.progressed {
+            if self.cursor.progressed {
                 fruitless = 0;
             }
             let mut last_error = dropped.unwrap_or_else(|| "the connection closed".into());
-            body = loop {
+            let body = loop {
                 fruitless += 1;
                 if fruitless > limits.resume_attempts {
                     limits
@@ -157,105 +238,134 @@ impl StreamContext {
                         limits.resume_attempts
                     ));
                 }
-                let delay = cursor
+                let delay = self
+                    .cursor
                     .retry
                     .unwrap_or(DEFAULT_RETRY)
                     .min(limits.resume_max_delay);
                 tokio::time::sleep(delay).await;
-                match self.reconnect(cursor.last_id.as_deref()).await {
+                match Box::pin(self.ctx.reconnect(self.cursor.last_id.as_deref())).await {
                     Ok(b) => break b,
                     Err(ReconnectError::Fatal(e)) => return Err(e),
-                    Err(ReconnectError::StaleId(e)) if tag == StreamTag::Get => {
+                    Err(ReconnectError::StaleId(e)) if self.tag == StreamTag::Get => {
                         // A fresh GET stream is still worth having.
-                        cursor.last_id = None;
+                        self.cursor.last_id = None;
                         last_error = e;
                     }
                     Err(ReconnectError::StaleId(e)) => return Err(e),
                     Err(ReconnectError::Retry(e)) => last_error = e,
                 }
             };
-            tracing::debug!(?tag, last_event_id = ?cursor.last_id, "legacy SSE stream reconnected");
+            self.body = Some(body);
+            self.dec = SseDecoder::new(limits.max_event_bytes, limits.max_stream_bytes);
+            tracing::debug!(tag = ?self.tag, last_event_id = ?self.cursor.last_id, "legacy SSE stream reconnected");
         }
     }
 
-    /// Reads one connection until it ends.
-    async fn read_connection(
-        &self,
-        tag: StreamTag,
-        mut body: UpstreamBody,
-        cursor: &mut Cursor,
-    ) -> ConnectionEnd {
-        let limits = &self.http.limits;
-        let mut dec = SseDecoder::new(limits.max_event_bytes, limits.max_stream_bytes);
-        let mut events = Vec::new();
-        cursor.progressed = false;
+    /// Reads the current connection until it ends.
+    async fn read_connection(&mut self) -> ConnectionEnd {
+        self.cursor.progressed = false;
         loop {
-            // The GET stream may be silent for as long as the session lives; a call stream may not.
-            let next = if tag == StreamTag::Get {
-                body.frame().await
-            } else {
-                match tokio::time::timeout(limits.idle_timeout, body.frame()).await {
-                    Ok(f) => f,
-                    Err(_) => {
-                        return ConnectionEnd::Fatal(format!(
-                            "the legacy server sent nothing for {:?} (upstream.idle_timeout)",
-                            limits.idle_timeout
-                        ));
-                    }
-                }
-            };
-            let frame = match next {
-                None if cursor.answered => return ConnectionEnd::Finished,
-                None => return ConnectionEnd::Dropped(None),
-                Some(Err(_)) if cursor.answered => return ConnectionEnd::Finished,
-                Some(Err(e)) => {
-                    return ConnectionEnd::Dropped(Some(format!("the legacy stream broke: {e}")));
-                }
-                Some(Ok(f)) => f,
-            };
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            // Any bytes (keep-alive comments included) show the connection was worth having.
-            cursor.progressed |= !data.is_empty();
-            if let Err(e) = dec.feed(&data, &mut events) {
-                limits.hits.sse(&e);
-                return ConnectionEnd::Fatal(e.to_string());
-            }
-            for ev in events.drain(..) {
-                if let Some(id) = ev.id {
-                    cursor.last_id = (!id.is_empty()).then_some(id);
-                }
-                if let Some(ms) = ev.retry {
-                    cursor.retry = Some(Duration::from_millis(ms));
-                }
-                // A priming event (id, empty data) carries nothing to deliver.
-                if ev.data.is_empty() || ev.event.as_deref().is_some_and(|t| t != "message") {
-                    continue;
-                }
-                let messages = match messages_of(&ev.data) {
-                    Ok(m) => m,
-                    Err(e) => return ConnectionEnd::Fatal(e),
+            let (messages, end) = {
+                let Some(body) = self.body.as_mut() else {
+                    return ConnectionEnd::Dropped(None);
                 };
-                cursor.last_message = Instant::now();
-                for m in messages {
-                    if let StreamTag::Call(id) = tag {
-                        if self.stateless && is_request(&m) {
-                            return ConnectionEnd::Fatal(unanswerable(method_of(&m)));
+                let idle_timeout = self.ctx.http.limits.idle_timeout;
+                // The GET stream may be silent for as long as the session lives; a call
+                // stream may not.
+                let next = if self.tag == StreamTag::Get {
+                    body.frame().await
+                } else {
+                    match tokio::time::timeout(idle_timeout, body.frame()).await {
+                        Ok(f) => f,
+                        Err(_) => {
+                            return ConnectionEnd::Fatal(format!(
+                                "the legacy server sent nothing for {idle_timeout:?} (upstream.idle_timeout)"
+                            ));
                         }
-                        cursor.answered |= is_response_to(&m, id);
                     }
-                    if self.tx.send(Inbound::Message(tag, m)).await.is_err() {
-                        return ConnectionEnd::Finished;
+                };
+                let frame = match next {
+                    None if self.cursor.answered => return ConnectionEnd::Finished,
+                    None => return ConnectionEnd::Dropped(None),
+                    Some(Err(_)) if self.cursor.answered => return ConnectionEnd::Finished,
+                    Some(Err(e)) => {
+                        return ConnectionEnd::Dropped(Some(format!(
+                            "the legacy stream broke: {e}"
+                        )));
                     }
+                    Some(Ok(f)) => f,
+                };
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                // Any bytes (keep-alive comments included) show the connection was worth
+                // having.
+                self.cursor.progressed |= !data.is_empty();
+                self.decode(&data)
+            };
+            for m in messages {
+                if self
+                    .ctx
+                    .deliver(Inbound::message(self.tag, m))
+                    .await
+                    .is_err()
+                {
+                    return ConnectionEnd::Finished;
                 }
+            }
+            if let Some(end) = end {
+                return end;
             }
         }
     }
 
+    /// The messages one chunk of a stream completes, in order, and the end it forces, if any
+    /// (the messages before it are still delivered). Nothing here waits, so none of it is
+    /// part of the reading's state.
+    fn decode(&mut self, data: &[u8]) -> (Vec<Value>, Option<ConnectionEnd>) {
+        let mut events = Vec::new();
+        if let Err(e) = self.dec.feed(data, &mut events) {
+            self.ctx.http.limits.hits.sse(&e);
+            return (Vec::new(), Some(ConnectionEnd::Fatal(e.to_string())));
+        }
+        let cursor = &mut self.cursor;
+        let mut out = Vec::new();
+        for ev in events {
+            if let Some(id) = ev.id {
+                cursor.last_id = (!id.is_empty()).then_some(id);
+            }
+            if let Some(ms) = ev.retry {
+                cursor.retry = Some(Duration::from_millis(ms));
+            }
+            // A priming event (id, empty data) carries nothing to deliver.
+            if ev.data.is_empty() || ev.event.as_deref().is_some_and(|t| t != "message") {
+                continue;
+            }
+            let messages = match messages_of(&ev.data) {
+                Ok(m) => m,
+                Err(e) => return (out, Some(ConnectionEnd::Fatal(e))),
+            };
+            cursor.last_message = Instant::now();
+            for m in messages {
+                if let StreamTag::Call(id) = self.tag {
+                    if self.ctx.stateless && is_request(&m) {
+                        let end = ConnectionEnd::Fatal(unanswerable(method_of(&m)));
+                        return (out, Some(end));
+                    }
+                    cursor.answered |= is_response_to(&m, id);
+                }
+                out.push(m);
+            }
+        }
+        (out, None)
+    }
+}
+
+impl StreamContext {
     /// `GET` to continue the stream after `last_id` (or a fresh GET stream without one).
     async fn reconnect(&self, last_id: Option<&str>) -> Result<UpstreamBody, ReconnectError> {
-        let mut headers = HeaderMap::clone(&self.get_headers);
+        let mut headers = self.headers.get();
         if let Some(id) = last_id {
             let value = HeaderValue::from_str(id).map_err(|_| {
                 ReconnectError::Fatal(format!(
@@ -303,4 +413,26 @@ fn unanswerable(method: Option<&str>) -> String {
     format!(
         "the legacy server runs without sessions (it issued no Mcp-Session-Id), so the answer to its {method} request could never reach the call waiting for it; run the server with sessions to use tools that ask for input"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of the future `f` returns, known from its type alone.
+    fn future_size<A, B, C, F>(_: fn(StreamContext, A, B, C) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// A stream's reading is held for as long as the stream is open: a session's GET stream
+    /// for the session's life, a parked call's stream while it waits (two per parked call).
+    /// Its state was 2,064 bytes with the reconnect, the JSON read and the channel's send
+    /// inline, and the call's response kept whole. 640 is a jemalloc size class: one byte
+    /// more is served from the 768-byte class.
+    #[test]
+    fn a_streams_reading_stays_small() {
+        let size = future_size(StreamContext::run);
+        eprintln!("StreamContext::run: {size} bytes");
+        assert!(size <= 640, "the reading's state grew to {size} bytes");
+    }
 }

@@ -96,7 +96,7 @@ impl PendingCalls {
     /// a response to nothing in flight (a cancelled request) is dropped.
     pub async fn route(&self, msg: Value, tx: &mpsc::Sender<Inbound>) {
         let Some(id) = response_id(&msg) else {
-            let _ = tx.send(Inbound::Message(StreamTag::Get, msg)).await;
+            let _ = tx.send(Inbound::message(StreamTag::Get, msg)).await;
             return;
         };
         let waiter = self.book().pending.remove(&id);
@@ -107,7 +107,7 @@ impl PendingCalls {
                 let _ = reply.send(Ok(msg));
             }
             Some(_) => {
-                let _ = tx.send(Inbound::Message(StreamTag::Call(id), msg)).await;
+                let _ = tx.send(Inbound::message(StreamTag::Call(id), msg)).await;
             }
             None => tracing::debug!(id, "dropping a legacy response to no pending request"),
         }
@@ -141,19 +141,16 @@ impl PendingCalls {
                 }
                 None => {
                     let _ = tx
-                        .send(Inbound::Ended {
-                            stream: StreamTag::Call(id),
-                            error: Some(message),
-                        })
+                        .send(Inbound::ended(StreamTag::Call(id), Some(message)))
                         .await;
                 }
             }
         }
         let _ = tx
-            .send(Inbound::Ended {
-                stream: StreamTag::Get,
-                error: what.map(|w| format!("{w}{detail}")),
-            })
+            .send(Inbound::ended(
+                StreamTag::Get,
+                what.map(|w| format!("{w}{detail}")),
+            ))
             .await;
     }
 }
@@ -193,18 +190,18 @@ mod tests {
         book.fail_all(Some("it died".into()), " (why)", "closed", &tx)
             .await;
         match rx.recv().await {
-            Some(Inbound::Ended {
-                stream: StreamTag::Call(2),
-                error: Some(e),
-            }) => assert_eq!(e, "it died during prompts/get (why)"),
+            Some(Inbound::Ended(end)) => {
+                assert_eq!(end.stream, StreamTag::Call(2));
+                assert_eq!(
+                    end.error.as_deref(),
+                    Some("it died during prompts/get (why)")
+                );
+            }
             other => panic!("{other:?}"),
         }
         assert!(matches!(
             rx.recv().await,
-            Some(Inbound::Ended {
-                stream: StreamTag::Get,
-                ..
-            })
+            Some(Inbound::Ended(end)) if end.stream == StreamTag::Get
         ));
         assert_eq!(
             book.register(3, "tools/call", None),

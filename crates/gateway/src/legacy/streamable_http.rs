@@ -40,7 +40,8 @@ const CHANNEL_DEPTH: usize = 256;
 
 pub struct HttpSession {
     http: Arc<UpstreamHttp>,
-    session_id: Option<HeaderValue>,
+    /// The session's id, version and forwarded headers: one copy, shared with its streams.
+    headers: Arc<SessionHeaders>,
     /// The version the legacy server chose in its `InitializeResult`.
     pub negotiated_version: String,
     /// The legacy `InitializeResult`, as received.
@@ -55,13 +56,49 @@ pub struct HttpSession {
     closing: tokio_util::sync::CancellationToken,
     /// Whether the server accepted the standalone GET stream.
     pub has_get_stream: bool,
-    extra_headers: HeaderMap,
-    /// [`HttpSession::get_headers`], made once the session's id and version are known, for
-    /// every stream of the session to share.
-    stream_headers: Arc<HeaderMap>,
     closed: bool,
     /// Decremented when the session ends (the gateway's "sessions open now" gauge).
     active: Option<prometheus::IntGauge>,
+}
+
+/// What every request of a session carries besides its own headers, kept once and shared
+/// by the session and its streams: a stream builds its reconnecting GET's headers from it
+/// only when it reconnects, rather than keeping a header map ready for as long as it lives.
+#[derive(Clone)]
+pub struct SessionHeaders {
+    session_id: Option<HeaderValue>,
+    /// `MCP-Protocol-Version`, for a server of 2025-06-18 or later.
+    version: Option<HeaderValue>,
+    /// Forwarded credentials, trace context.
+    extra: HeaderMap,
+}
+
+impl SessionHeaders {
+    /// Headers for a POST of one JSON-RPC message.
+    fn post(&self) -> HeaderMap {
+        let mut h = post_headers();
+        if let Some(sid) = &self.session_id {
+            h.insert(SESSION_HEADER, sid.clone());
+        }
+        if let Some(v) = &self.version {
+            h.insert(VERSION_HEADER, v.clone());
+        }
+        for (k, v) in &self.extra {
+            h.insert(k.clone(), v.clone());
+        }
+        h
+    }
+
+    /// Headers for a GET on the endpoint (the standalone stream, or a resumption).
+    pub fn get(&self) -> HeaderMap {
+        let mut h = self.post();
+        h.remove(header::CONTENT_TYPE);
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h
+    }
 }
 
 impl HttpSession {
@@ -75,7 +112,11 @@ impl HttpSession {
         let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
         let mut s = HttpSession {
             http,
-            session_id: None,
+            headers: Arc::new(SessionHeaders {
+                session_id: None,
+                version: None,
+                extra: extra_headers,
+            }),
             negotiated_version: String::new(),
             init_result: std::sync::Arc::new(Value::Null),
             next_id: 1,
@@ -84,8 +125,6 @@ impl HttpSession {
             get_reader: None,
             closing: tokio_util::sync::CancellationToken::new(),
             has_get_stream: false,
-            extra_headers,
-            stream_headers: Arc::default(),
             closed: false,
             active: None,
         };
@@ -102,24 +141,18 @@ impl HttpSession {
     }
 
     pub fn session_id(&self) -> Option<&str> {
-        self.session_id.as_ref().and_then(|v| v.to_str().ok())
+        self.headers
+            .session_id
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+    }
+
+    fn has_session_id(&self) -> bool {
+        self.headers.session_id.is_some()
     }
 
     fn headers(&self) -> HeaderMap {
-        let mut h = post_headers();
-        if let Some(sid) = &self.session_id {
-            h.insert(SESSION_HEADER, sid.clone());
-        }
-        // 2025-03-26 servers predate the header; from 2025-06-18 on it is required.
-        if self.negotiated_version.as_str() >= "2025-06-18"
-            && let Ok(v) = HeaderValue::from_str(&self.negotiated_version)
-        {
-            h.insert(VERSION_HEADER, v);
-        }
-        for (k, v) in &self.extra_headers {
-            h.insert(k.clone(), v.clone());
-        }
-        h
+        self.headers.post()
     }
 
     async fn initialize(&mut self, capabilities: Value) -> Result<(), SessionError> {
@@ -144,32 +177,26 @@ impl HttpSession {
                 body: excerpt(&text, 300),
             });
         }
-        self.session_id = resp.headers().get(SESSION_HEADER).cloned();
+        // Nothing shares the headers yet: the streams start after the handshake.
+        Arc::make_mut(&mut self.headers).session_id = resp.headers().get(SESSION_HEADER).cloned();
         let msg = first_response(resp, &json!(0), &self.http.limits).await?;
         let done = handshake::accept(&msg, &self.http.versions)?;
+        // 2025-03-26 servers predate the version header; from 2025-06-18 on it is required.
+        Arc::make_mut(&mut self.headers).version = (done.negotiated_version.as_str()
+            >= "2025-06-18")
+            .then(|| HeaderValue::from_str(&done.negotiated_version).ok())
+            .flatten();
         self.negotiated_version = done.negotiated_version;
         self.init_result = done.init_result;
-        self.stream_headers = Arc::new(self.get_headers());
         Ok(())
     }
 
-    /// Headers for a GET on the endpoint (the standalone stream, or a resumption).
-    fn get_headers(&self) -> HeaderMap {
-        let mut h = self.headers();
-        h.remove(header::CONTENT_TYPE);
-        h.insert(
-            header::ACCEPT,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        h
-    }
-
     async fn open_get_stream(&mut self) {
-        if self.session_id.is_none() {
+        if !self.has_session_id() {
             // Without a session a GET stream cannot be tied to anything.
             return;
         }
-        match self.http.send(Method::GET, self.get_headers(), None).await {
+        match self.http.send(Method::GET, self.headers.get(), None).await {
             Ok(resp) if resp.status() == StatusCode::OK && is_sse(resp.headers()) => {
                 self.has_get_stream = true;
                 let reading = self.stream_context().run(StreamTag::Get, resp, true);
@@ -185,9 +212,9 @@ impl HttpSession {
     fn stream_context(&self) -> StreamContext {
         StreamContext {
             http: self.http.clone(),
-            get_headers: self.stream_headers.clone(),
+            headers: self.headers.clone(),
             tx: self.tx.clone(),
-            stateless: self.session_id.is_none(),
+            stateless: !self.has_session_id(),
             closing: self.closing.clone(),
         }
     }
@@ -227,7 +254,7 @@ impl HttpSession {
             .send(Method::POST, self.headers(), Some(to_bytes(&body)))
             .await?;
         let status = resp.status();
-        if status == StatusCode::NOT_FOUND && self.session_id.is_some() {
+        if status == StatusCode::NOT_FOUND && self.has_session_id() {
             return Err(SessionError::Expired);
         }
         if status == StatusCode::ACCEPTED {
@@ -252,7 +279,7 @@ impl HttpSession {
             && v.get("error").is_some()
             && v.get("id") == Some(&json!(id))
         {
-            let _ = self.tx.send(Inbound::Message(StreamTag::Call(id), v)).await;
+            let _ = self.tx.send(Inbound::message(StreamTag::Call(id), v)).await;
             return Ok(id);
         }
         Err(SessionError::Http(HttpError::Status {
@@ -295,7 +322,7 @@ impl HttpSession {
             .send(Method::POST, self.headers(), Some(to_bytes(body)))
             .await?;
         let status = resp.status();
-        if status == StatusCode::NOT_FOUND && self.session_id.is_some() {
+        if status == StatusCode::NOT_FOUND && self.has_session_id() {
             return Err(SessionError::Expired);
         }
         // Drain whatever came back so the connection can be reused.
@@ -337,7 +364,7 @@ impl HttpSession {
         self.closing.cancel();
         self.readers.clear();
         let get_reader = self.get_reader.take();
-        if let Some(sid) = self.session_id.take() {
+        if let Some(sid) = self.headers.session_id.clone() {
             delete_session(self.http.clone(), sid, self.headers(), get_reader).await;
         }
     }
@@ -354,7 +381,7 @@ impl Drop for HttpSession {
         self.closing.cancel();
         self.readers.clear();
         let get_reader = self.get_reader.take();
-        if let Some(sid) = self.session_id.take() {
+        if let Some(sid) = self.headers.session_id.clone() {
             let headers = self.headers();
             let http = self.http.clone();
             if let Ok(handle) = tokio::runtime::Handle::try_current() {

@@ -178,7 +178,9 @@ struct Slot {
 
 #[derive(Default)]
 struct Inner {
-    slots: HashMap<String, Slot>,
+    /// Boxed: the table keeps room for up to twice as many entries as it holds, and a slot
+    /// is over 500 bytes.
+    slots: HashMap<String, Box<Slot>>,
     per_principal: HashMap<Caller, usize>,
     /// Parked calls holding a stdio child.
     stdio: usize,
@@ -208,7 +210,7 @@ async fn buffer(
                     if let Inbound::Message(_, m) = item {
                         bytes += m.to_string().len();
                     }
-                    if matches!(item, Inbound::Ended { stream: StreamTag::Call(id), .. } if *id == call_id) {
+                    if matches!(&item, Inbound::Ended(end) if end.stream == StreamTag::Call(call_id)) {
                         break Watch::Broken(Eviction::StreamEnded);
                     }
                     if bytes > limit {
@@ -278,7 +280,7 @@ impl ParkingLot {
         ));
         inner.slots.insert(
             handle.clone(),
-            Slot {
+            Box::new(Slot {
                 call,
                 stdio,
                 principal: principal.to_string(),
@@ -286,7 +288,7 @@ impl ParkingLot {
                 expires: Instant::now() + limits.ttl,
                 stop,
                 watcher,
-            },
+            }),
         );
         *inner.per_principal.entry(caller.clone()).or_insert(0) += 1;
         inner.stdio += usize::from(stdio);
@@ -294,7 +296,7 @@ impl ParkingLot {
         Ok(handle)
     }
 
-    fn remove(&self, handle: &str) -> Option<Slot> {
+    fn remove(&self, handle: &str) -> Option<Box<Slot>> {
         let mut inner = self.lock();
         let slot = inner.slots.remove(handle)?;
         inner.stdio -= usize::from(slot.stdio);
