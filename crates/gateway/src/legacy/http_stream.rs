@@ -179,7 +179,9 @@ struct StreamReader {
 impl StreamReader {
     async fn read_json(&mut self) -> Result<(), String> {
         let limits = &self.ctx.http.limits;
-        let body = self.body.take().expect("a stream starts with its body");
+        let Some(body) = self.body.take() else {
+            return Ok(());
+        };
         let bytes = read_body(body, limits.max_event_bytes, limits.idle_timeout)
             .await
             .map_err(|e| e.to_string())?;
