@@ -277,7 +277,9 @@ impl Exchange {
     /// (logged and skipped).
     async fn screened(&mut self, event: Event) -> Option<Event> {
         match event {
-            Event::Request(msg) if self.answered_ping(&msg).await => None,
+            // Boxed: answering is a request of its own to the legacy server, the largest
+            // state here and a rare one, and this is awaited by every read of the session.
+            Event::Request(msg) if Box::pin(self.answered_ping(&msg)).await => None,
             Event::Invalid(msg) => {
                 tracing::warn!(
                     message = %super::wire::excerpt(&msg.to_string(), 200),

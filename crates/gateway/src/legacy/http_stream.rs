@@ -23,9 +23,7 @@
 //! that hangs until a timeout.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::legacy::http::UpstreamBody;
@@ -33,11 +31,10 @@ use http::{HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::SendError;
 use tokio::time::Instant;
 
 use super::http::{UpstreamHttp, read_body};
-use super::session::{Inbound, StreamTag};
+use super::session::{Delivery, Inbound, StreamTag, deliver};
 use super::streamable_http::SessionHeaders;
 use super::wire::{excerpt, is_request, is_response_to, messages_of, method_of};
 use mrtr_wire::sse::SseDecoder;
@@ -100,7 +97,7 @@ impl StreamContext {
     /// between reads is one [`StreamReader`] that the steps borrow (an `async fn` keeps two
     /// copies of what it is given), a reconnect, the step with the largest state and a rare
     /// one, is boxed where it is awaited, and a delivery waits in a box only when the
-    /// channel is full.
+    /// channel is full (see [`deliver`]).
     pub fn run(
         self,
         tag: StreamTag,
@@ -134,34 +131,8 @@ impl StreamContext {
         }
     }
 
-    /// Puts `item` on the session's channel: at once when there is room, else (the reader
-    /// is behind; the channel holds 256 items) by waiting in a box, so that the wait's room
-    /// is not part of every stream's state. `Err` when nobody reads the channel any more.
     fn deliver(&self, item: Inbound) -> Delivery<'_> {
-        match self.tx.try_send(item) {
-            Ok(()) => Delivery::Done(Ok(())),
-            Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Done(Err(())),
-            Err(mpsc::error::TrySendError::Full(item)) => {
-                Delivery::Waiting(Box::pin(self.tx.send(item)))
-            }
-        }
-    }
-}
-
-/// One item on its way to the session's channel (see [`StreamContext::deliver`]).
-enum Delivery<'a> {
-    Done(Result<(), ()>),
-    Waiting(Pin<Box<dyn Future<Output = Result<(), SendError<Inbound>>> + Send + Sync + 'a>>),
-}
-
-impl Future for Delivery<'_> {
-    type Output = Result<(), ()>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
-        match &mut *self {
-            Delivery::Done(done) => Poll::Ready(*done),
-            Delivery::Waiting(send) => send.as_mut().poll(cx).map(|r| r.map_err(drop)),
-        }
+        deliver(&self.tx, item)
     }
 }
 

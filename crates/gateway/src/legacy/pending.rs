@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::session::{Inbound, StreamTag};
+use super::session::{Delivery, Inbound, StreamTag, deliver};
 use super::wire::response_id;
 
 /// Where a response goes when it is not for the channel.
@@ -93,11 +93,11 @@ impl PendingCalls {
 
     /// Delivers one message: a response to a request in flight goes to its waiter (or the
     /// channel as `Call(id)`), server requests and notifications to the channel as `Get`,
-    /// a response to nothing in flight (a cancelled request) is dropped.
-    pub async fn route(&self, msg: Value, tx: &mpsc::Sender<Inbound>) {
+    /// a response to nothing in flight (a cancelled request) is dropped. What is left to
+    /// await is the channel's, and only when it is full (see [`deliver`]).
+    pub fn route<'a>(&self, msg: Value, tx: &'a mpsc::Sender<Inbound>) -> Delivery<'a> {
         let Some(id) = response_id(&msg) else {
-            let _ = tx.send(Inbound::message(StreamTag::Get, msg)).await;
-            return;
+            return deliver(tx, Inbound::message(StreamTag::Get, msg));
         };
         let waiter = self.book().pending.remove(&id);
         match waiter {
@@ -105,11 +105,13 @@ impl PendingCalls {
                 reply: Some(reply), ..
             }) => {
                 let _ = reply.send(Ok(msg));
+                Delivery::Done(Ok(()))
             }
-            Some(_) => {
-                let _ = tx.send(Inbound::message(StreamTag::Call(id), msg)).await;
+            Some(_) => deliver(tx, Inbound::message(StreamTag::Call(id), msg)),
+            None => {
+                tracing::debug!(id, "dropping a legacy response to no pending request");
+                Delivery::Done(Ok(()))
             }
-            None => tracing::debug!(id, "dropping a legacy response to no pending request"),
         }
     }
 
@@ -140,18 +142,12 @@ impl PendingCalls {
                     let _ = reply.send(Err(message));
                 }
                 None => {
-                    let _ = tx
-                        .send(Inbound::ended(StreamTag::Call(id), Some(message)))
-                        .await;
+                    let _ = deliver(tx, Inbound::ended(StreamTag::Call(id), Some(message))).await;
                 }
             }
         }
-        let _ = tx
-            .send(Inbound::ended(
-                StreamTag::Get,
-                what.map(|w| format!("{w}{detail}")),
-            ))
-            .await;
+        let end = Inbound::ended(StreamTag::Get, what.map(|w| format!("{w}{detail}")));
+        let _ = deliver(tx, end).await;
     }
 }
 
@@ -168,21 +164,18 @@ mod tests {
         book.register(0, "initialize", Some(reply)).unwrap();
         book.register(1, "tools/call", None).unwrap();
         book.register(2, "prompts/get", None).unwrap();
-        book.route(json!({"jsonrpc": "2.0", "id": 0, "result": {}}), &tx)
-            .await;
+        let routed = book.route(json!({"jsonrpc": "2.0", "id": 0, "result": {}}), &tx);
+        assert_eq!(routed.await, Ok(()));
         assert!(answered.await.unwrap().is_ok());
         // A server request with the same id as ours is not our response.
-        book.route(
-            json!({"jsonrpc": "2.0", "id": 1, "method": "roots/list"}),
-            &tx,
-        )
-        .await;
+        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "roots/list"});
+        assert_eq!(book.route(request, &tx).await, Ok(()));
         assert!(matches!(
             rx.recv().await,
             Some(Inbound::Message(StreamTag::Get, _))
         ));
-        book.route(json!({"jsonrpc": "2.0", "id": 1, "result": {}}), &tx)
-            .await;
+        let routed = book.route(json!({"jsonrpc": "2.0", "id": 1, "result": {}}), &tx);
+        assert_eq!(routed.await, Ok(()));
         assert!(matches!(
             rx.recv().await,
             Some(Inbound::Message(StreamTag::Call(1), _))

@@ -12,6 +12,8 @@
 
 use http::HeaderName;
 use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::SendError;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -68,6 +70,36 @@ impl Inbound {
 
     pub fn ended(stream: StreamTag, error: Option<String>) -> Inbound {
         Inbound::Ended(Box::new(StreamEnd { stream, error }))
+    }
+}
+
+/// Puts `item` on a session's channel: at once when there is room, else (the reader is
+/// behind) by waiting in a box. Readers of a session's streams live as long as the streams,
+/// and what they await is part of their state for all that time; an awaited `send` would
+/// keep room for the wait (about 250 bytes) in every one of them. `Err` when nobody reads the
+/// channel any more.
+pub fn deliver(tx: &mpsc::Sender<Inbound>, item: Inbound) -> Delivery<'_> {
+    match tx.try_send(item) {
+        Ok(()) => Delivery::Done(Ok(())),
+        Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Done(Err(())),
+        Err(mpsc::error::TrySendError::Full(item)) => Delivery::Waiting(Box::pin(tx.send(item))),
+    }
+}
+
+/// One item on its way to a session's channel (see [`deliver`]).
+pub enum Delivery<'a> {
+    Done(Result<(), ()>),
+    Waiting(Pin<Box<dyn Future<Output = Result<(), SendError<Inbound>>> + Send + Sync + 'a>>),
+}
+
+impl Future for Delivery<'_> {
+    type Output = Result<(), ()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        match &mut *self {
+            Delivery::Done(done) => Poll::Ready(*done),
+            Delivery::Waiting(send) => send.as_mut().poll(cx).map(|r| r.map_err(drop)),
+        }
     }
 }
 

@@ -530,7 +530,7 @@ impl Driver {
             )
         })?;
         for m in messages {
-            self.shared.calls.route(m, &self.tx).await;
+            let _ = self.shared.calls.route(m, &self.tx).await;
         }
         Ok(())
     }
