@@ -58,7 +58,6 @@ pub struct SseDecoder {
     stream_bytes: usize,
     max_event: usize,
     max_stream: usize,
-    last_event_id: Option<String>,
 }
 
 impl SseDecoder {
@@ -76,13 +75,7 @@ impl SseDecoder {
             stream_bytes: 0,
             max_event,
             max_stream,
-            last_event_id: None,
         }
-    }
-
-    /// The id of the last event that carried one (for `Last-Event-ID` on reconnect).
-    pub fn last_event_id(&self) -> Option<&str> {
-        self.last_event_id.as_deref()
     }
 
     /// Feeds a chunk; every event completed by it is appended to `out`.
@@ -183,9 +176,6 @@ impl SseDecoder {
 
     fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
         self.event_bytes = 0;
-        if let Some(id) = &self.id {
-            self.last_event_id = Some(id.clone());
-        }
         // An event with neither data nor id nor retry is only a separator.
         if !self.has_data && self.id.is_none() && self.retry.is_none() {
             self.event = None;
@@ -297,14 +287,6 @@ mod tests {
         d.feed(b, &mut out).unwrap();
         assert_eq!(d.partial.capacity(), 0);
         assert_eq!(out.len(), 5);
-    }
-
-    #[test]
-    fn last_event_id_tracks_ids() {
-        let mut d = SseDecoder::new(1024, 4096);
-        let mut out = Vec::new();
-        d.feed(TYPESCRIPT.as_bytes(), &mut out).unwrap();
-        assert_eq!(d.last_event_id(), Some("1_2"));
     }
 
     #[test]
