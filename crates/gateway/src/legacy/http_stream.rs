@@ -27,15 +27,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::legacy::http::UpstreamBody;
-use http::{HeaderName, HeaderValue, Method, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::http::{UpstreamHttp, read_body};
-use super::session::{Delivery, Inbound, StreamTag, deliver};
-use super::streamable_http::SessionHeaders;
+use super::http::{UpstreamHttp, post_headers, read_body};
+use super::session::{Inbound, SESSION_HEADER, StreamTag, VERSION_HEADER, deliver};
 use super::wire::{excerpt, is_request, is_response_to, messages_of, method_of};
 use mrtr_wire::sse::SseDecoder;
 
@@ -55,6 +54,46 @@ pub struct StreamContext {
     pub stateless: bool,
     /// Cancelled when the session is being closed: a stream that ends then is not reopened.
     pub closing: tokio_util::sync::CancellationToken,
+}
+
+/// What every request of a session carries besides its own headers, kept once and shared
+/// by the session and its streams: a stream builds its reconnecting GET's headers from it
+/// only when it reconnects, rather than keeping a header map ready for as long as it lives.
+#[derive(Clone)]
+pub struct SessionHeaders {
+    pub session_id: Option<HeaderValue>,
+    /// `MCP-Protocol-Version`, for a server of 2025-06-18 or later.
+    pub version: Option<HeaderValue>,
+    /// Forwarded credentials, trace context.
+    pub extra: HeaderMap,
+}
+
+impl SessionHeaders {
+    /// Headers for a POST of one JSON-RPC message.
+    pub fn post(&self) -> HeaderMap {
+        let mut h = post_headers();
+        if let Some(sid) = &self.session_id {
+            h.insert(SESSION_HEADER, sid.clone());
+        }
+        if let Some(v) = &self.version {
+            h.insert(VERSION_HEADER, v.clone());
+        }
+        for (k, v) in &self.extra {
+            h.insert(k.clone(), v.clone());
+        }
+        h
+    }
+
+    /// Headers for a GET on the endpoint (the standalone stream, or a resumption).
+    pub fn get(&self) -> HeaderMap {
+        let mut h = self.post();
+        h.remove(header::CONTENT_TYPE);
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h
+    }
 }
 
 /// How one connection of a stream ended.
@@ -127,12 +166,8 @@ impl StreamContext {
                 Box::pin(reader.read_json()).await.err()
             };
             let end = Inbound::ended(tag, error);
-            let _ = reader.ctx.deliver(end).await;
+            let _ = deliver(&reader.ctx.tx, end).await;
         }
-    }
-
-    fn deliver(&self, item: Inbound) -> Delivery<'_> {
-        deliver(&self.tx, item)
     }
 }
 
@@ -157,9 +192,7 @@ impl StreamReader {
             .await
             .map_err(|e| e.to_string())?;
         for m in messages_of(&String::from_utf8_lossy(&bytes))? {
-            if self
-                .ctx
-                .deliver(Inbound::message(self.tag, m))
+            if deliver(&self.ctx.tx, Inbound::message(self.tag, m))
                 .await
                 .is_err()
             {
@@ -278,9 +311,7 @@ impl StreamReader {
                 self.decode(&data)
             };
             for m in messages {
-                if self
-                    .ctx
-                    .deliver(Inbound::message(self.tag, m))
+                if deliver(&self.ctx.tx, Inbound::message(self.tag, m))
                     .await
                     .is_err()
                 {

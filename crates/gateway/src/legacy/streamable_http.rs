@@ -27,11 +27,9 @@ use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::handshake::{self, initialize_params};
-use super::http::{HttpError, UpstreamHttp, UpstreamLimits, is_sse, post_headers, read_body};
-use super::http_stream::StreamContext;
-use super::session::{
-    CallStream, Inbound, Reading, SESSION_HEADER, SessionError, StreamTag, VERSION_HEADER,
-};
+use super::http::{HttpError, UpstreamHttp, UpstreamLimits, is_sse, read_body};
+use super::http_stream::{SessionHeaders, StreamContext};
+use super::session::{CallStream, Inbound, Reading, SESSION_HEADER, SessionError, StreamTag};
 use super::wire::{excerpt, messages_of, to_bytes};
 use mrtr_wire::jsonrpc;
 use mrtr_wire::sse::SseDecoder;
@@ -59,46 +57,6 @@ pub struct HttpSession {
     closed: bool,
     /// Decremented when the session ends (the gateway's "sessions open now" gauge).
     active: Option<prometheus::IntGauge>,
-}
-
-/// What every request of a session carries besides its own headers, kept once and shared
-/// by the session and its streams: a stream builds its reconnecting GET's headers from it
-/// only when it reconnects, rather than keeping a header map ready for as long as it lives.
-#[derive(Clone)]
-pub struct SessionHeaders {
-    session_id: Option<HeaderValue>,
-    /// `MCP-Protocol-Version`, for a server of 2025-06-18 or later.
-    version: Option<HeaderValue>,
-    /// Forwarded credentials, trace context.
-    extra: HeaderMap,
-}
-
-impl SessionHeaders {
-    /// Headers for a POST of one JSON-RPC message.
-    fn post(&self) -> HeaderMap {
-        let mut h = post_headers();
-        if let Some(sid) = &self.session_id {
-            h.insert(SESSION_HEADER, sid.clone());
-        }
-        if let Some(v) = &self.version {
-            h.insert(VERSION_HEADER, v.clone());
-        }
-        for (k, v) in &self.extra {
-            h.insert(k.clone(), v.clone());
-        }
-        h
-    }
-
-    /// Headers for a GET on the endpoint (the standalone stream, or a resumption).
-    pub fn get(&self) -> HeaderMap {
-        let mut h = self.post();
-        h.remove(header::CONTENT_TYPE);
-        h.insert(
-            header::ACCEPT,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        h
-    }
 }
 
 impl HttpSession {
