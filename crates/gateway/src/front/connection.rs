@@ -41,6 +41,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
+use futures_util::FutureExt;
 use http::{Request, Response, Version, header};
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
@@ -254,6 +255,20 @@ fn unbox<T>(boxed: Box<T>) -> T {
 }
 
 type Reply = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+/// A request's future as hyper holds it, the connection's busy mark riding on its response.
+///
+/// Boxed: hyper keeps the service's future inside the connection's own state, so an unboxed
+/// request future would make every connection as large as the largest request path, for as
+/// long as the connection stays open. Mapped, not wrapped in an `async` block: the block
+/// would hold the request's future twice (captured, and again while awaited), which doubled
+/// the largest allocation every request makes (9,520 bytes against 4,752).
+fn reply<F>(response: F, busy: Busy) -> Reply
+where
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    Box::pin(response.map(move |response| Ok(respond::with_guard(response, busy))))
+}
 
 /// One connection's watchers: its limits, its stop token, and the clock that checks them.
 struct Watch<'a> {
@@ -528,11 +543,7 @@ pub async fn serve<I, H, F>(
         if closes_after(&req) {
             svc_activity.may_rest.store(false, Ordering::Release);
         }
-        // Boxed: hyper keeps the service's future inside the connection's own state, so an
-        // unboxed request future would make every connection as large as the largest request
-        // path, for as long as the connection stays open.
-        let response = handle(req);
-        Box::pin(async move { Ok(respond::with_guard(response.await, busy)) })
+        reply(handle(req), busy)
     });
     // The watch's period while a request is in flight. A quiet connection's clock is set to
     // its next deadline instead; one that falls due before the first tick after a request
@@ -559,6 +570,30 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
     use tokio::io::AsyncReadExt;
+
+    #[test]
+    fn a_request_is_boxed_once_at_its_own_size() {
+        // The box hyper keeps per request holds the request's future and the busy mark, and
+        // nothing twice. As an `async move` block awaiting the future, it held the future
+        // both as captured and as awaited: 9,520 bytes for a 4,752-byte request future.
+        let state = [7u8; 4096];
+        let request = async move {
+            tokio::task::yield_now().await;
+            std::hint::black_box(&state);
+            Response::new(Body::default())
+        };
+        let inner = std::mem::size_of_val(&request);
+        let boxed = reply(request, Busy::new(&Activity::new()));
+        let size = std::mem::size_of_val(&*boxed);
+        assert!(
+            inner >= 4096,
+            "the test's future should hold its state: {inner}"
+        );
+        assert!(
+            size <= inner + 64,
+            "a request's box is {size} bytes for a {inner}-byte request future"
+        );
+    }
 
     /// A counter that counts limits nowhere (and rests in `at_rest`, when given).
     fn uncounted(at_rest: Option<IntGauge>) -> LimitCounter {

@@ -119,19 +119,22 @@ fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
 }
 
 /// Serves one HTTP request on the gateway's listener.
-pub async fn handle(
+///
+/// Not an `async fn`: the future it returns is the request's whole state, boxed once per
+/// request by the connection, and an `async fn` would keep its arguments in that state twice
+/// (as arguments and again as the inner call's), around the inner future.
+pub fn handle(
     front: Arc<Front>,
     req: Request<hyper::body::Incoming>,
-    conn: &ConnInfo,
-) -> Response<Body> {
+    conn: Arc<ConnInfo>,
+) -> impl Future<Output = Response<Body>> + Send + 'static {
     let cfg = front.config();
     // The request's log context (its id, the instance id, and what the engine records:
     // `call_target`, `round`, `path`, `parked`), and, while traces are exported, its span.
     let cx = RequestContext::new(RequestId::new(), front.instance_id.clone());
     let span = spans::request(&cx);
     spans::begin_server(&span, req.headers());
-    cx.scope(handle_inner(front, req, conn, &cfg, span.clone()).instrument(span))
-        .await
+    cx.scope(handle_inner(front, req, conn, cfg, span.clone()).instrument(span))
 }
 
 /// The phases before a request holds anything: Origin, endpoint, caller, body. Each refusal
@@ -140,8 +143,8 @@ pub async fn handle(
 async fn handle_inner(
     front: Arc<Front>,
     req: Request<hyper::body::Incoming>,
-    conn: &ConnInfo,
-    cfg: &Config,
+    conn: Arc<ConnInfo>,
+    cfg: Arc<Config>,
     span: tracing::Span,
 ) -> Response<Body> {
     // Origin: browsers send it; a page from elsewhere must not drive the user's tools.
@@ -573,4 +576,33 @@ pub(super) fn upstream_headers(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of what `f` returns, without calling it.
+    fn returned_size<A, B, C, R>(_f: impl FnOnce(A, B, C) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    /// The size of what `f` returns, without calling it.
+    fn returned_size5<A, B, C, D, E, R>(_f: impl FnOnce(A, B, C, D, E) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    #[test]
+    fn a_requests_future_adds_only_its_context_to_the_inner_one() {
+        // What `handle` returns is what every request boxes. It wraps `handle_inner` in the
+        // request's log context and span, and holds nothing else. As an `async fn` it kept
+        // its arguments, the configuration and the context beside the inner future: 4,464
+        // bytes around a 3,784-byte one (release build).
+        let outer = returned_size(handle);
+        let inner = returned_size5(handle_inner);
+        assert!(
+            outer <= inner + 96,
+            "a request's future is {outer} bytes around a {inner}-byte inner one"
+        );
+    }
 }

@@ -61,11 +61,7 @@ where
     };
     let close = info.close.clone();
     let svc_front = front.clone();
-    let handler = move |req| {
-        let front = svc_front.clone();
-        let info = info.clone();
-        async move { handle(front, req, &info).await }
-    };
+    let handler = move |req| handle(svc_front.clone(), req, info.clone());
     connection::serve(io, policy, &counter, close, handler).await;
 }
 

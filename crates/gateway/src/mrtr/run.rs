@@ -307,7 +307,10 @@ impl<'g> Run<'g> {
                             // Answered, refused or asked: the lagging one has come.
                             gather.roots_arrived();
                         }
-                        if let Handled::Asked(q) = self.on_server_request(call, &msg, mode).await? {
+                        // Boxed: a server request's handling is the largest state a
+                        // capture can be in, and a plain call never enters it.
+                        let handled = Box::pin(self.on_server_request(call, &msg, mode)).await?;
+                        if let Handled::Asked(q) = handled {
                             gather.asked(q.kind);
                             questions.push(q);
                         }

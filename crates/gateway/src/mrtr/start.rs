@@ -90,8 +90,16 @@ impl<'g> Run<'g> {
                 Box::pin(run.finish()).await;
                 return Err(not_sent(Rejection::method_not_found(&call.method)));
             }
-            run.set_log_level(call).await;
-            let refreshed = run.refresh_roots(call, declared, mode).await;
+            // Both boxed, and only entered when they have something to do: each is larger
+            // than the rest of a start, and most calls need neither.
+            if let Some(level) = run.log_level_to_set(call) {
+                Box::pin(run.set_log_level(level)).await;
+            }
+            let refreshed = if run.refreshes_roots(declared, mode) {
+                Box::pin(run.refresh_roots(call, mode)).await
+            } else {
+                Ok(None)
+            };
             let mut run = match run.after_refresh(refreshed, attempt).await {
                 AfterRefresh::Send(run) => *run,
                 AfterRefresh::Retry => continue,
@@ -168,18 +176,19 @@ impl<'g> Run<'g> {
     }
 
     /// A per-call session's level is this request's `logLevel`, when the server logs.
-    async fn set_log_level(&mut self, call: &Call) {
-        if let Some(level) = &call.meta.log_level
-            && self
-                .init_result()
-                .pointer("/capabilities/logging")
-                .is_some()
-        {
-            let _ = self
-                .session_mut()
-                .request("logging/setLevel", Some(&json!({"level": level})))
-                .await;
-        }
+    fn log_level_to_set<'c>(&self, call: &'c Call) -> Option<&'c str> {
+        let level = call.meta.log_level.as_deref()?;
+        self.init_result()
+            .pointer("/capabilities/logging")
+            .is_some()
+            .then_some(level)
+    }
+
+    async fn set_log_level(&mut self, level: &str) {
+        let _ = self
+            .session_mut()
+            .request("logging/setLevel", Some(&json!({"level": level})))
+            .await;
     }
 
     /// What the roots refresh before the call decided: send the call on this session, try a
@@ -237,6 +246,11 @@ impl<'g> Run<'g> {
         }
     }
 
+    /// Whether this call's start refreshes the session's roots (below).
+    fn refreshes_roots(&self, declared: &Declared, mode: &Mode<'_>) -> bool {
+        self.roots_asked && declared.roots && matches!(mode, Mode::Mrtr { .. })
+    }
+
     /// Before the call of an MRTR request declaring roots, on a reused session whose server
     /// has asked an earlier client for roots: `notifications/roots/list_changed`, then (unless
     /// this upstream was learned to ignore it) a bounded wait for the server's `roots/list`,
@@ -244,12 +258,8 @@ impl<'g> Run<'g> {
     async fn refresh_roots(
         &mut self,
         call: &Call,
-        declared: &Declared,
         mode: &mut Mode<'_>,
     ) -> Result<Option<Question>, Refresh> {
-        if !(self.roots_asked && declared.roots && matches!(mode, Mode::Mrtr { .. })) {
-            return Ok(None);
-        }
         let cfg = self.engine.config();
         let memory = self.engine.sessions.pool().roots_memory();
         let probes = cfg.pool.roots_refresh_probes;
