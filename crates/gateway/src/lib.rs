@@ -14,6 +14,8 @@ pub mod drain;
 pub mod error;
 pub mod fair_share;
 pub mod front;
+#[cfg(test)]
+mod future_size;
 pub mod gateway;
 pub mod inherited_fds;
 pub mod legacy;

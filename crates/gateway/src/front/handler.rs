@@ -581,16 +581,7 @@ pub(super) fn upstream_headers(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The size of what `f` returns, without calling it.
-    fn returned_size<A, B, C, R>(_f: impl FnOnce(A, B, C) -> R) -> usize {
-        std::mem::size_of::<R>()
-    }
-
-    /// The size of what `f` returns, without calling it.
-    fn returned_size5<A, B, C, D, E, R>(_f: impl FnOnce(A, B, C, D, E) -> R) -> usize {
-        std::mem::size_of::<R>()
-    }
+    use crate::future_size;
 
     #[test]
     fn a_requests_future_adds_only_its_context_to_the_inner_one() {
@@ -598,8 +589,8 @@ mod tests {
         // request's log context and span, and holds nothing else. As an `async fn` it kept
         // its arguments, the configuration and the context beside the inner future: 4,464
         // bytes around a 3,784-byte one (release build).
-        let outer = returned_size(handle);
-        let inner = returned_size5(handle_inner);
+        let outer = future_size::returned3(handle);
+        let inner = future_size::returned5(handle_inner);
         assert!(
             outer <= inner + 96,
             "a request's future is {outer} bytes around a {inner}-byte inner one"

@@ -240,16 +240,7 @@ pub async fn start_with_tls(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The size of what `f` returns, without calling it.
-    fn returned_size<A, B, C, R>(_f: impl FnOnce(A, B, C) -> R) -> usize {
-        std::mem::size_of::<R>()
-    }
-
-    /// The size of what `f` returns, without calling it.
-    fn returned_size5<A, B, C, D, E, R>(_f: impl FnOnce(A, B, C, D, E) -> R) -> usize {
-        std::mem::size_of::<R>()
-    }
+    use crate::future_size;
 
     #[test]
     fn a_connection_task_is_no_larger_than_its_connection_future() {
@@ -257,8 +248,8 @@ mod tests {
         // inline it kept the handshake's state, and a moved-from copy of the TLS stream
         // beside the connection's future, for the connection's whole life: 3,888 bytes
         // against 2,440 for a plain connection's future (release build).
-        let task = returned_size5(connection_task);
-        let plain = returned_size(serve_connection::<tokio::net::TcpStream>);
+        let task = future_size::returned5(connection_task);
+        let plain = future_size::returned3(serve_connection::<tokio::net::TcpStream>);
         assert!(
             task <= plain + 256,
             "a connection's task is {task} bytes, a plain connection's future {plain}"
@@ -271,8 +262,8 @@ mod tests {
         // open, at rest included. With the TLS stream inline it was 4.6 times a plain one's
         // (11,240 bytes against 2,440 in a release build): the stream sits in each of the
         // future's states.
-        let plain = returned_size(serve_connection::<tokio::net::TcpStream>);
-        let tls = returned_size(serve_connection::<TlsIo>);
+        let plain = future_size::returned3(serve_connection::<tokio::net::TcpStream>);
+        let tls = future_size::returned3(serve_connection::<TlsIo>);
         assert!(
             tls <= plain + 64,
             "a TLS connection's future is {tls} bytes, a plain one's {plain}"

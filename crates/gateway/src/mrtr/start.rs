@@ -305,21 +305,7 @@ impl<'g> Run<'g> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The size of what `f` returns, without calling it.
-    fn returned_size4<A, B, C, D, R>(_f: impl FnOnce(A, B, C, D) -> R) -> usize {
-        std::mem::size_of::<R>()
-    }
-
-    /// The size of what `f` returns, without calling it.
-    fn returned_size3<A, B, C, R>(_f: impl FnOnce(A, B, C) -> R) -> usize {
-        std::mem::size_of::<R>()
-    }
-
-    /// The size of what `f` returns, without calling it.
-    fn returned_size7<A, B, C, D, E, F, G, R>(_f: impl FnOnce(A, B, C, D, E, F, G) -> R) -> usize {
-        std::mem::size_of::<R>()
-    }
+    use crate::future_size;
 
     #[test]
     fn a_calls_start_and_capture_keep_their_rare_steps_boxed() {
@@ -329,15 +315,15 @@ mod tests {
         // handling (only when the server asks something) inline made the capture 2,832
         // against 1,248.
         // Inline, the refresh would sit beside the run and the pool key in the start's state.
-        let start = returned_size4(Run::start);
-        let refresh = returned_size3(Run::refresh_roots);
+        let start = future_size::returned4(Run::start);
+        let refresh = future_size::returned3(Run::refresh_roots);
         let beside = std::mem::size_of::<Run>() + std::mem::size_of::<PoolKey>();
         assert!(
             start < refresh + beside,
             "a start is {start} bytes; a roots refresh {refresh}"
         );
-        let capture = returned_size7(Run::capture);
-        let server_request = returned_size4(Run::on_server_request);
+        let capture = future_size::returned7(Run::capture);
+        let server_request = future_size::returned4(Run::on_server_request);
         assert!(
             capture < server_request,
             "a capture is {capture} bytes; a server request's handling {server_request}"
