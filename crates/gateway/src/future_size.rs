@@ -3,6 +3,11 @@
 //! that live as long as a request, a connection or a session are held to their size by tests
 //! that use these.
 
+/// The size of what a two-argument `f` returns.
+pub fn returned2<A, B, R>(_f: impl FnOnce(A, B) -> R) -> usize {
+    std::mem::size_of::<R>()
+}
+
 /// The size of what a three-argument `f` returns.
 pub fn returned3<A, B, C, R>(_f: impl FnOnce(A, B, C) -> R) -> usize {
     std::mem::size_of::<R>()

@@ -431,10 +431,7 @@ mod tests {
     /// inline. 768 is a jemalloc size class.
     #[test]
     fn an_sse_sessions_reader_stays_small() {
-        fn future_size<A, B, F>(_: fn(A, B) -> F) -> usize {
-            std::mem::size_of::<F>()
-        }
-        let size = future_size(Reader::run);
+        let size = crate::future_size::returned2(Reader::run);
         eprintln!("http_sse::Reader::run: {size} bytes");
         assert!(size <= 768, "the reader's state grew to {size} bytes");
     }

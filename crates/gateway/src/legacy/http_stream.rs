@@ -423,11 +423,6 @@ fn unanswerable(method: Option<&str>) -> String {
 mod tests {
     use super::*;
 
-    /// The size of the future `f` returns, known from its type alone.
-    fn future_size<A, B, C, F>(_: fn(StreamContext, A, B, C) -> F) -> usize {
-        std::mem::size_of::<F>()
-    }
-
     /// A stream's reading is held for as long as the stream is open: a session's GET stream
     /// for the session's life, a parked call's stream while it waits (two per parked call).
     /// Its state was 2,064 bytes with the reconnect, the JSON read and the channel's send
@@ -435,7 +430,7 @@ mod tests {
     /// more is served from the 768-byte class.
     #[test]
     fn a_streams_reading_stays_small() {
-        let size = future_size(StreamContext::run);
+        let size = crate::future_size::returned4(StreamContext::run);
         eprintln!("StreamContext::run: {size} bytes");
         assert!(size <= 640, "the reading's state grew to {size} bytes");
     }

@@ -770,18 +770,13 @@ impl SessionPool {
 mod tests {
     use super::*;
 
-    /// The size of the future `f` returns, known from its type alone.
-    fn future_size<A, B, C, F>(_: fn(A, B, C) -> F) -> usize {
-        std::mem::size_of::<F>()
-    }
-
     /// Every idle session has a watch task, up to `pool.max_idle` (1,024 by default) of them.
     /// The watch was 2,840 bytes: the session unboxed and kept twice, and a read of the
     /// session that kept room for answering a ping inline. At 400 bytes or less, the task
     /// with its header stays within jemalloc's 512-byte size class.
     #[test]
     fn an_idle_sessions_watch_stays_small() {
-        let size = future_size(watch);
+        let size = crate::future_size::returned3(watch);
         eprintln!("pool::watch: {size} bytes");
         assert!(size <= 400, "the watch's state grew to {size} bytes");
     }
