@@ -23,6 +23,11 @@ pub fn returned5<A, B, C, D, E, R>(_f: impl FnOnce(A, B, C, D, E) -> R) -> usize
     std::mem::size_of::<R>()
 }
 
+/// The size of what a six-argument `f` returns.
+pub fn returned6<A, B, C, D, E, F, R>(_f: impl FnOnce(A, B, C, D, E, F) -> R) -> usize {
+    std::mem::size_of::<R>()
+}
+
 /// The size of what a seven-argument `f` returns.
 pub fn returned7<A, B, C, D, E, F, G, R>(_f: impl FnOnce(A, B, C, D, E, F, G) -> R) -> usize {
     std::mem::size_of::<R>()

@@ -1,7 +1,11 @@
 //! The request path for the modern MCP endpoint, phase by phase.
 
+use std::future::{Future, Ready};
+use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
+use futures_util::future::Either;
 use tracing::Instrument;
 
 use bytes::Bytes;
@@ -120,9 +124,11 @@ fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
 
 /// Serves one HTTP request on the gateway's listener.
 ///
-/// Not an `async fn`: the future it returns is the request's whole state, boxed once per
-/// request by the connection, and an `async fn` would keep its arguments in that state twice
-/// (as arguments and again as the inner call's), around the inner future.
+/// Not an `async fn`, and built of steps rather than one `async fn` awaiting the next: the
+/// future it returns is the request's whole state, boxed once per request by the connection.
+/// An `async fn` keeps what it was given for its whole life, beside the step it awaits; here
+/// each step's future replaces the one before it ([`FutureExt::then`]), so the state is as
+/// large as the largest step (admission, or the call's response), not the sum of them.
 pub fn handle(
     front: Arc<Front>,
     req: Request<hyper::body::Incoming>,
@@ -134,19 +140,56 @@ pub fn handle(
     let cx = RequestContext::new(RequestId::new(), front.instance_id.clone());
     let span = spans::request(&cx);
     spans::begin_server(&span, req.headers());
-    cx.scope(handle_inner(front, req, conn, cfg, span.clone()).instrument(span))
+    let served = admit(Arc::clone(&front), req, conn, cfg).then({
+        let span = span.clone();
+        move |admitted| match admitted {
+            Err(refused) => now(refused),
+            Ok(Entry::Session(request, slot)) => boxed(async move {
+                let response = serve_bodyless_session(&front, request).await;
+                admission::hold_until_done(response, slot)
+            }),
+            Ok(Entry::Post(request, slot)) => Either::Right(
+                serve(front, request, span)
+                    .map(move |response| admission::hold_until_done(response, slot)),
+            ),
+        }
+    });
+    cx.scope(served.instrument(span))
 }
 
-/// The phases before a request holds anything: Origin, endpoint, caller, body. Each refusal
-/// here costs the gateway no request slot, so a client that stalls or is refused cannot take
-/// one from the others.
-async fn handle_inner(
+/// A response future boxed: the rare routes and hooks, kept out of the size of a call's
+/// request future (a future is as large as its largest branch).
+type Boxed = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+
+/// What a step of the request path leads to: a response ready now, a rare route's boxed
+/// future, or the next step `N`.
+type Next<N> = Either<Either<Ready<Response<Body>>, Boxed>, N>;
+
+fn now<N>(response: Response<Body>) -> Next<N> {
+    Either::Left(Either::Left(std::future::ready(response)))
+}
+
+fn boxed<N>(f: impl Future<Output = Response<Body>> + Send + 'static) -> Next<N> {
+    Either::Left(Either::Right(Box::pin(f)))
+}
+
+/// How an admitted request goes on.
+enum Entry {
+    /// A POST, with the request slot it holds until its response is done.
+    Post(Admitted, admission::RequestSlot),
+    /// A legacy client's GET or DELETE naming a session (dual-era front), and its slot.
+    Session(Admitted, admission::RequestSlot),
+}
+
+/// The phases before a request holds anything: Origin, endpoint, caller, body; then its slot.
+/// Each refusal here costs the gateway no request slot, so a client that stalls or is refused
+/// cannot take one from the others.
+async fn admit(
     front: Arc<Front>,
     req: Request<hyper::body::Incoming>,
     conn: Arc<ConnInfo>,
     cfg: Arc<Config>,
-    span: tracing::Span,
-) -> Response<Body> {
+) -> Result<Entry, Response<Body>> {
     // Origin: browsers send it; a page from elsewhere must not drive the user's tools.
     if let Some(origin) = req.headers().get(header::ORIGIN) {
         let ok = origin
@@ -157,7 +200,7 @@ async fn handle_inner(
                 RejectionKind::OriginForbidden,
                 "this Origin is not allowed (listen.allowed_origins)",
             );
-            return refuse(&front, "other", None, rej);
+            return Err(refuse(&front, "other", None, rej));
         }
     }
 
@@ -169,12 +212,12 @@ async fn handle_inner(
             RejectionKind::WrongPath,
             format!("no MCP endpoint here; it is at {}", cfg.listen.path),
         );
-        return refuse(&front, "other", None, rej);
+        return Err(refuse(&front, "other", None, rej));
     }
     let bodyless_session = matches!(*req.method(), Method::GET | Method::DELETE)
         && req.headers().contains_key(SESSION_HEADER);
     if req.method() != Method::POST && !bodyless_session {
-        return refuse(&front, "other", None, method_not_allowed());
+        return Err(refuse(&front, "other", None, method_not_allowed()));
     }
 
     // Phase 2: who is calling, from the headers alone: every request is authenticated on its
@@ -190,7 +233,7 @@ async fn handle_inner(
         .await
     {
         Ok(p) => p,
-        Err(e) => return refuse(&front, "other", None, e.into()),
+        Err(e) => return Err(refuse(&front, "other", None, e.into())),
     };
     let caller = Caller::of(
         principal.as_str(),
@@ -221,7 +264,7 @@ async fn handle_inner(
                 if e.closes_connection() {
                     conn.close.cancel();
                 }
-                return refuse(&front, "other", None, e.into());
+                return Err(refuse(&front, "other", None, e.into()));
             }
         }
     };
@@ -230,7 +273,7 @@ async fn handle_inner(
     // is done (long-lived streams give it back once they start).
     let slot = match admission::take_slot(&front) {
         Ok(slot) => slot,
-        Err(rej) => return refuse(&front, "other", None, rej),
+        Err(rej) => return Err(refuse(&front, "other", None, rej)),
     };
     let request = Admitted {
         parts,
@@ -239,12 +282,11 @@ async fn handle_inner(
         caller,
         auth,
     };
-    let response = if bodyless_session {
-        Box::pin(serve_bodyless_session(&front, request)).await
+    Ok(if bodyless_session {
+        Entry::Session(request, slot)
     } else {
-        serve(front, request, span).await
-    };
-    admission::hold_until_done(response, slot)
+        Entry::Post(request, slot)
+    })
 }
 
 fn method_not_allowed() -> Rejection {
@@ -285,8 +327,13 @@ async fn serve_bodyless_session(front: &Front, r: Admitted) -> Response<Body> {
 }
 
 /// The request path for an admitted POST: the legacy-client hook, the JSON-RPC ladder,
-/// routing, and serving.
-async fn serve(front: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<Body> {
+/// routing, and serving. A plain function: it decides which future answers the request, and
+/// keeps nothing of its own beside it.
+fn serve(
+    front: Arc<Front>,
+    r: Admitted,
+    span: tracing::Span,
+) -> Next<impl Future<Output = Response<Body>> + Send + 'static> {
     let Admitted {
         parts,
         bytes,
@@ -297,28 +344,30 @@ async fn serve(front: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<
     // Hook (dual-era front): a POST on a legacy client's session goes to the legacy server
     // as it is, before modern parsing (it may be a notification, a batch, or an answer).
     if legacy_passthrough::is_session_post(&parts.headers) {
-        return match Box::pin(legacy_passthrough::serve_session(
-            &front,
-            Method::POST,
-            &parts.headers,
-            Some(bytes),
-            principal.as_str(),
-            &caller,
-        ))
-        .await
-        {
-            Ok(response) => response,
-            Err(rej) => refuse(&front, "other", None, rej),
-        };
+        return boxed(async move {
+            match legacy_passthrough::serve_session(
+                &front,
+                Method::POST,
+                &parts.headers,
+                Some(bytes),
+                principal.as_str(),
+                &caller,
+            )
+            .await
+            {
+                Ok(response) => response,
+                Err(rej) => refuse(&front, "other", None, rej),
+            }
+        });
     }
 
     // Phase 5: JSON-RPC envelope, then headers / version / _meta in the spec's order.
     let env = match ingress::parse_envelope(&bytes) {
         Ok(Parsed::Request(env)) => env,
-        Ok(Parsed::Notification) => return respond::empty(StatusCode::ACCEPTED),
+        Ok(Parsed::Notification) => return now(respond::empty(StatusCode::ACCEPTED)),
         Err(refused) => {
             let (id, rej) = *refused;
-            return refuse(&front, "other", id.as_ref(), rej);
+            return now(refuse(&front, "other", id.as_ref(), rej));
         }
     };
     spans::name_server(
@@ -338,27 +387,29 @@ async fn serve(front: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<
             let rej = Rejection::method_not_found(&env.method).with_data(
                 serde_json::json!({"supported": mrtr_wire::protocol::SUPPORTED_VERSIONS}),
             );
-            return refuse(&front, &env.method, Some(&env.id), rej);
+            return now(refuse(&front, &env.method, Some(&env.id), rej));
         }
-        return match Box::pin(legacy_passthrough::serve_initialize(
-            &front,
-            &parts.headers,
-            bytes,
-            env.params.as_ref(),
-            principal.as_str(),
-        ))
-        .await
-        {
-            Ok(response) => {
-                record(&front, &env.method, &Ok(Value::Null));
-                response
+        return boxed(async move {
+            match legacy_passthrough::serve_initialize(
+                &front,
+                &parts.headers,
+                bytes,
+                env.params.as_ref(),
+                principal.as_str(),
+            )
+            .await
+            {
+                Ok(response) => {
+                    record(&front, &env.method, &Ok(Value::Null));
+                    response
+                }
+                Err(rej) => refuse(&front, &env.method, Some(&env.id), rej),
             }
-            Err(rej) => refuse(&front, &env.method, Some(&env.id), rej),
-        };
+        });
     }
     let meta = match ingress::validate(&parts.headers, &env) {
         Ok(m) => m,
-        Err(rej) => return refuse(&front, &env.method, Some(&env.id), rej),
+        Err(rej) => return now(refuse(&front, &env.method, Some(&env.id), rej)),
     };
 
     // Phase 6: routing. Removed and unknown methods are "not found" here; a method the legacy
@@ -368,7 +419,7 @@ async fn serve(front: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<
     let route = route(&env.method);
     if route == Route::NotFound {
         let rej = Rejection::method_not_found(&env.method);
-        return refuse(&front, &env.method, Some(&env.id), rej);
+        return now(refuse(&front, &env.method, Some(&env.id), rej));
     }
     let credential = auth.credential_key(&parts.headers);
     let scope = CallerScope::new(principal.0.clone(), credential.clone());
@@ -384,12 +435,12 @@ async fn serve(front: Arc<Front>, r: Admitted, span: tracing::Span) -> Response<
     };
     // The routes other than a call are boxed here and on the other hooks above: a future is as
     // large as its largest branch, and a call's request future is made and moved on every
-    // call (4 KiB with these boxed, 9 KiB without).
+    // call.
     match route {
-        Route::Listen => Box::pin(serve_listen(&front, routed)).await,
-        Route::Discover => Box::pin(serve_discover(&front, routed)).await,
-        Route::Tasks => Box::pin(serve_tasks(&front, routed)).await,
-        _ => serve_call(front, routed, span).await,
+        Route::Listen => boxed(async move { serve_listen(&front, routed).await }),
+        Route::Discover => boxed(async move { serve_discover(&front, routed).await }),
+        Route::Tasks => boxed(async move { serve_tasks(&front, routed).await }),
+        _ => Either::Right(serve_call(front, routed, span)),
     }
 }
 
@@ -485,8 +536,12 @@ async fn serve_tasks(front: &Front, r: Routed) -> Response<Body> {
 }
 
 /// Phase 7: serve through a legacy session in the engine's own task; stream notifications if
-/// any come before the result.
-async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Response<Body> {
+/// any come before the result. A plain function, as [`serve`].
+fn serve_call(
+    front: Arc<Front>,
+    r: Routed,
+    span: tracing::Span,
+) -> Next<impl Future<Output = Response<Body>> + Send + 'static> {
     let started = std::time::Instant::now();
     let Routed { env, meta, .. } = r;
     let call = Call {
@@ -506,21 +561,21 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
     }
     // A tool call may become a task: answered now, run on in a task of its own.
     match front.tasks.plan(&front.config(), &call) {
-        Err(rej) => return refuse(&front, &env.method, Some(&env.id), rej),
+        Err(rej) => return now(refuse(&front, &env.method, Some(&env.id), rej)),
         Ok(Plan::Task) => {
-            let created = Box::pin(front.tasks.create(
-                &front.engine,
-                call,
-                error_map::status_and_error,
-            ))
-            .await;
-            return answer(
-                &front,
-                &env.method,
-                &env.id,
-                created,
-                Some(started.elapsed()),
-            );
+            return boxed(async move {
+                let created = front
+                    .tasks
+                    .create(&front.engine, call, error_map::status_and_error)
+                    .await;
+                answer(
+                    &front,
+                    &env.method,
+                    &env.id,
+                    created,
+                    Some(started.elapsed()),
+                )
+            });
         }
         Ok(Plan::Call) => {}
     }
@@ -531,7 +586,7 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
     let runtime = front.engine.clone();
     let method = env.method;
     let work_span = span.clone();
-    respond::run(
+    Either::Right(respond::run(
         env.id,
         r.accepts_sse,
         move |sink, cancel| {
@@ -549,8 +604,7 @@ async fn serve_call(front: Arc<Front>, r: Routed, span: tracing::Span) -> Respon
             // line needs the span (`run` restores the request's context).
             span.in_scope(|| record_timed(&front, &method, outcome, Some(started.elapsed())))
         },
-    )
-    .await
+    ))
 }
 
 /// Headers passed on to the legacy server: the credentials `[auth] upstream_credentials`
@@ -584,16 +638,30 @@ mod tests {
     use crate::future_size;
 
     #[test]
-    fn a_requests_future_adds_only_its_context_to_the_inner_one() {
-        // What `handle` returns is what every request boxes. It wraps `handle_inner` in the
-        // request's log context and span, and holds nothing else. As an `async fn` it kept
-        // its arguments, the configuration and the context beside the inner future: 4,464
-        // bytes around a 3,784-byte one (release build).
-        let outer = future_size::returned3(handle);
-        let inner = future_size::returned5(handle_inner);
+    fn a_requests_future_is_as_large_as_its_largest_step() {
+        // What `handle` returns is what every request boxes: admission, then the call's
+        // response, one replacing the other. As `async fn`s awaiting one another, each step
+        // kept its arguments beside the next: 3,848 bytes (release build) where the largest
+        // step is 1,264.
+        let request = future_size::returned3(handle);
+        let admission = future_size::returned4(admit);
+        let call = future_size::returned3(serve);
         assert!(
-            outer <= inner + 96,
-            "a request's future is {outer} bytes around a {inner}-byte inner one"
+            request <= admission.max(call) + 128,
+            "a request's future is {request} bytes; its steps are {admission} and {call}"
+        );
+        // The call's step is its response's future and nothing of the request beside it: an
+        // `async fn` `serve` or `serve_call` keeps the admitted (or routed) request twice
+        // around that future.
+        let call_step = future_size::returned3(serve_call);
+        let routed = std::mem::size_of::<Routed>();
+        assert!(
+            call <= call_step + 16,
+            "serving a call is {call} bytes around a {call_step}-byte call step"
+        );
+        assert!(
+            call_step <= routed + 256,
+            "a call step is {call_step} bytes for a {routed}-byte routed request"
         );
     }
 }

@@ -138,7 +138,9 @@ pub async fn serve_mrtr(
             if cfg.single_use.policy_for(&call.method, call.target())
                 == SingleUsePolicy::Always =>
         {
-            match at_most_once::claim(engine, &call.caller, p, now).await? {
+            // Boxed: only a retry presenting a state claims, and every other call's future
+            // (held by the request's) would otherwise be as large as the claim's.
+            match Box::pin(at_most_once::claim(engine, &call.caller, p, now)).await? {
                 Claimed::Owned(guard) => Some(guard),
                 Claimed::Duplicate(outcome) => return outcome,
             }
@@ -160,10 +162,8 @@ pub async fn serve_mrtr(
             sink,
             cancel,
         };
-        return Box::pin(long_call::serve(
-            engine, call, &serving, owed, presented, after,
-        ))
-        .await;
+        // Inline: what waits here is small (the call's own future is boxed within).
+        return long_call::serve(engine, call, &serving, owed, presented, after).await;
     }
     // A claimed retry outlives its client (see `at_most_once`): the client going away neither
     // cancels it nor fails it for a notification that cannot be delivered.
@@ -181,9 +181,12 @@ pub async fn serve_mrtr(
         sink: run_sink,
         cancel: run_cancel,
     };
-    // Boxed: the call's state machine is large (tens of KB), and every future holding it
-    // inline is that large too, and is copied as it is spawned and moved.
-    Box::pin(execute_and_settle(&serving, cancel, presented, owed)).await
+    // Boxed: the call's state machine is large (several KB), and every future holding it
+    // inline is that large too, and is copied as it is spawned and moved. The block owns what
+    // the call is presented and owes, once: the run borrows them.
+    let (mut presented, mut owed) = (presented, owed);
+    Box::pin(async move { execute_and_settle(&serving, cancel, &mut presented, &mut owed).await })
+        .await
 }
 
 /// What a presentation owes when its call ends: the claim it holds (if any) settled with the
@@ -195,11 +198,15 @@ pub(super) struct Owed {
 
 /// Runs the call ([`execute`]) and settles what the presentation owes; `client` tells whether
 /// its client went away.
+///
+/// `presented` and `owed` are borrowed, not taken: the future that awaits this one owns them,
+/// so its state holds them once (an `async fn` keeps what it takes by value for its whole
+/// life, beside whatever it passes them on to).
 pub(super) async fn execute_and_settle(
     s: &Serving<'_>,
     client: &CancellationToken,
-    presented: Presented,
-    owed: Owed,
+    presented: &mut Presented,
+    owed: &mut Owed,
 ) -> Result<Value, Rejection> {
     let mut may_have_run = false;
     // The legacy call's client span, under the request's server span.
@@ -211,7 +218,7 @@ pub(super) async fn execute_and_settle(
     let outcome = execute(s, presented, &mut may_have_run).await;
     spans::end_legacy(&legacy, outcome.as_ref().err());
     drop(legacy);
-    if let Some(guard) = owed.claim {
+    if let Some(guard) = owed.claim.take() {
         guard
             .settle(&outcome, owed.render, may_have_run, client.is_cancelled())
             .await;
@@ -261,7 +268,7 @@ struct Open {
 /// round's state. `may_have_run` tells the single-use claim whether the tool may have run.
 async fn execute(
     s: &Serving<'_>,
-    mut presented: Presented,
+    presented: &mut Presented,
     may_have_run: &mut bool,
 ) -> Result<Value, Rejection> {
     let (engine, call) = (s.engine, s.call);
@@ -308,7 +315,7 @@ async fn execute(
                 asked: asked(std::slice::from_ref(&question)),
                 parked: None,
             };
-            return Box::pin(seal_round(s, &presented, round, &server_info)).await;
+            return Box::pin(seal_round(s, presented, round, &server_info)).await;
         }
     };
     *may_have_run = true;
@@ -342,7 +349,7 @@ async fn execute(
     engine
         .metrics
         .upstream_time(&call.method, started.elapsed());
-    let open = match conclude(s, captured, &mut minter, &declared, &presented, server_info) {
+    let open = match conclude(s, captured, &mut minter, &declared, presented, server_info) {
         Concluded::Final(outcome) => {
             run.finish().await;
             return outcome;
@@ -371,7 +378,7 @@ async fn execute(
     // Boxed, as `park_or_cancel`: only a round that asks seals a state.
     Box::pin(seal_round(
         s,
-        &presented,
+        presented,
         Round { asked, parked },
         server_info,
     ))
@@ -689,5 +696,26 @@ pub async fn serve(
         Route::Mrtr => serve_mrtr(engine, call, sink, cancel, render).await,
         Route::Forward => Box::pin(serve_forward(engine, call, sink, cancel)).await,
         _ => Err(Rejection::method_not_found(&call.method)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::future_size;
+
+    #[test]
+    fn a_calls_execution_holds_what_it_is_presented_once() {
+        // Every call's execution is boxed, and its size is copied into the box. Taking the
+        // presentation by value, `execute_and_settle` kept it beside `execute`'s future, which
+        // kept it again: 5,656 bytes (release build) around a 4,248-byte `execute` (whose
+        // presentation is 336 bytes).
+        let settle = future_size::returned4(execute_and_settle);
+        let execute = future_size::returned3(execute);
+        let presented = std::mem::size_of::<Presented>();
+        assert!(
+            settle < execute + presented,
+            "a call's execution is {settle} bytes around a {execute}-byte run ({presented}-byte presentation)"
+        );
     }
 }
