@@ -358,3 +358,40 @@ async fn initialize_as_a_2026_request_is_method_not_found() {
     assert_eq!(env.legacy.session_ids().len(), 1);
     env.stop().await;
 }
+
+#[tokio::test]
+async fn a_request_refused_on_its_head_is_logged_under_its_own_request_id() {
+    // Refusals decided from the request's head alone (method, Origin) are written when the
+    // request is first polled, under its context: their access lines name their request.
+    let (logs, _guard) = crate::support::logs::on_this_thread();
+    let env = env(handlers()).await;
+    let c = env.client();
+    let ex = c
+        .send_raw(Method::GET, HeaderMap::new(), Bytes::new())
+        .await
+        .unwrap();
+    assert_rpc_error(&ex, 405, -32600, Value::Null);
+    let mut h = HeaderMap::new();
+    h.insert("origin", "https://elsewhere.example".parse().unwrap());
+    let ex = post(&c, h, &body("tools/list", json!({"_meta": meta()}))).await;
+    assert_eq!(ex.status.as_u16(), 403, "{:?}", ex.message);
+    env.stop().await;
+
+    let lines = logs.access_lines("status=");
+    let refused: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("status=405") || l.contains("status=403"))
+        .collect();
+    assert_eq!(refused.len(), 2, "{lines:#?}");
+    let ids: Vec<&str> = refused
+        .iter()
+        .map(|l| {
+            l.split("request_id=")
+                .nth(1)
+                .and_then(|rest| rest.split([' ', '}']).next())
+                .filter(|id| !id.is_empty())
+                .unwrap_or_else(|| panic!("no request id: {l}"))
+        })
+        .collect();
+    assert_ne!(ids[0], ids[1], "{refused:#?}");
+}

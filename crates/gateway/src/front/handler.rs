@@ -140,7 +140,13 @@ pub fn handle(
     let cx = RequestContext::new(RequestId::new(), front.instance_id.clone());
     let span = spans::request(&cx);
     spans::begin_server(&span, req.headers());
-    let served = admit(Arc::clone(&front), req, conn, cfg).then({
+    // Admission's checks run at the first poll, under the request's context and span (its
+    // refusals' access lines carry the request id), not when hyper calls the service.
+    let admitting = {
+        let front = Arc::clone(&front);
+        futures_util::future::lazy(move |_| admit(front, req, conn, cfg)).flatten()
+    };
+    let served = admitting.then({
         let span = span.clone();
         move |admitted| match admitted {
             Err(refused) => now(refused),
