@@ -314,7 +314,6 @@ mod tests {
         // the start's state: 3,480 bytes against 2,808 (release build). A server request's
         // handling (only when the server asks something) inline made the capture 2,832
         // against 1,248.
-        // Inline, the refresh would sit beside the run and the pool key in the start's state.
         let start = future_size::returned4(Run::start);
         let refresh = future_size::returned3(Run::refresh_roots);
         let beside = std::mem::size_of::<Run>() + std::mem::size_of::<PoolKey>();
